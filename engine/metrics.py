@@ -1,0 +1,53 @@
+"""Per-request timings and engine-wide counters."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestMetrics:
+    """Wall-clock timestamps (time.perf_counter) of one request's life."""
+
+    arrival_time: float = field(default_factory=time.perf_counter)
+    first_scheduled_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finished_time: float | None = None
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
+    num_preemptions: int = 0
+
+    @property
+    def queue_time(self) -> float | None:
+        if self.first_scheduled_time is None:
+            return None
+        return self.first_scheduled_time - self.arrival_time
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to first token, in seconds."""
+        return self.token_times[0] - self.arrival_time if self.token_times else None
+
+    @property
+    def itl(self) -> list[float]:
+        """Inter-token latencies, in seconds."""
+        t = self.token_times
+        return [b - a for a, b in zip(t, t[1:], strict=False)]
+
+    @property
+    def e2e(self) -> float | None:
+        if self.finished_time is None:
+            return None
+        return self.finished_time - self.arrival_time
+
+
+@dataclass
+class EngineStats:
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_cache_usage: float = 0.0  # fraction of KV blocks in use
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int = 0  # of which found cached
+    num_preemptions: int = 0
+    computed_tokens: int = 0  # tokens forwarded through the model
+    generation_tokens: int = 0

@@ -1,0 +1,173 @@
+"""The Llama family (Llama, SmolLM, Mistral, Qwen2, Qwen3) over a flat batch of tokens.
+
+One forward takes the tokens of many sequences concatenated (decodes and prefill
+chunks alike); attention is the only place that needs to know where each
+sequence starts, and it gets that from the backend's metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.attention import AttentionBackend
+from engine.linear import Linear
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, weight: torch.Tensor, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalised in float32 whatever the weights' dtype, as Hugging Face does.
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half RoPE with cos/sin tables precomputed for every position."""
+
+    def __init__(self, head_dim: int, theta: float, max_positions: int) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (
+            theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim)
+        )
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def tables(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin for a step's positions, [tokens, 1, head_dim]: looked up once per step."""
+        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(
+            dtype
+        )
+
+
+def apply_rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _param(t: torch.Tensor) -> nn.Parameter:
+    return nn.Parameter(t, requires_grad=False)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, w: dict[str, torch.Tensor], index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+        )
+        self.q_size = cfg.num_heads * cfg.head_dim
+        self.kv_size = cfg.num_kv_heads * cfg.head_dim
+        self.attn_norm = RMSNorm(w["attn_norm"], cfg.rms_norm_eps)
+        self.mlp_norm = RMSNorm(w["mlp_norm"], cfg.rms_norm_eps)
+        # q, k and v in one matmul, gate and up in another: fewer, larger kernels.
+        qkv_bias = torch.cat([w["q_bias"], w["k_bias"], w["v_bias"]]) if "q_bias" in w else None
+        self.qkv = Linear(torch.cat([w["q"], w["k"], w["v"]]), qkv_bias)
+        self.q_norm = RMSNorm(w["q_norm"], cfg.rms_norm_eps) if "q_norm" in w else None
+        self.k_norm = RMSNorm(w["k_norm"], cfg.rms_norm_eps) if "k_norm" in w else None
+        self.o = Linear(w["o"])
+        self.gate_up = Linear(torch.cat([w["gate"], w["up"]]))
+        self.down = Linear(w["down"])
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        attention: AttentionBackend,
+        kv_cache: torch.Tensor,
+        attn_meta: Any,
+    ) -> torch.Tensor:
+        n = x.shape[0]
+        qkv = self.qkv(self.attn_norm(x))
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(n, self.num_heads, self.head_dim)
+        k = k.view(n, self.num_kv_heads, self.head_dim)
+        v = v.view(n, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, k, *rope)
+        attn = attention.forward(q, k, v, kv_cache, attn_meta)
+        x = x + self.o(attn)
+        gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class CausalLM(nn.Module):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict[str, torch.Tensor],
+        max_positions: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        super().__init__()
+        self.config = cfg
+        weights = {k: v.to(device=device, dtype=dtype) for k, v in weights.items()}
+        self.embed = _param(weights["embed"])
+        # Tied embeddings when the file has no separate output matrix.
+        self.lm_head = Linear(weights.get("lm_head", weights["embed"]))
+        self.norm = RMSNorm(weights["norm"], cfg.rms_norm_eps)
+        self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_positions).to(device)
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg, _layer_weights(weights, i), i) for i in range(cfg.num_layers)
+        )
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attention: AttentionBackend,
+        kv_caches: list[torch.Tensor],
+        attn_meta: Any,
+    ) -> torch.Tensor:
+        x = F.embedding(input_ids, self.embed)
+        rope = self.rope.tables(positions, x.dtype)
+        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+            x = layer(x, rope, attention, kv_cache, attn_meta)
+        return self.norm(x)
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+
+def _layer_weights(weights: dict[str, torch.Tensor], index: int) -> dict[str, torch.Tensor]:
+    prefix = f"layers.{index}."
+    return {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}

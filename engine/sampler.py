@@ -1,0 +1,61 @@
+"""Turns logits into next tokens: greedy, temperature, top-k, top-p, per-request seeds."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.sampling_params import SamplingParams
+
+
+def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
+    """Masks (to -inf) every token outside each row's top-k and top-p nucleus."""
+    vocab = logits.shape[-1]
+    if any(k > 0 for k in top_k):
+        k = torch.tensor([k if 0 < k < vocab else vocab for k in top_k], device=logits.device)
+        sorted_desc = logits.sort(dim=-1, descending=True).values
+        kth = sorted_desc.gather(-1, (k - 1).unsqueeze(-1))
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if any(p < 1.0 for p in top_p):
+        p = torch.tensor(top_p, device=logits.device, dtype=logits.dtype).unsqueeze(-1)
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        # Drop a token when the tokens ranked above it already reach p; the
+        # first token always stays.
+        drop = (probs.cumsum(dim=-1) - probs) >= p
+        drop[..., 0] = False
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+class Sampler:
+    def __init__(self, device: torch.device, seed: int) -> None:
+        self.device = device
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        params: list[SamplingParams],
+        generators: list[torch.Generator | None],
+    ) -> list[int]:
+        greedy = logits.argmax(dim=-1)
+        if all(p.greedy for p in params):
+            return greedy.tolist()
+        temps = torch.tensor(
+            [p.temperature if not p.greedy else 1.0 for p in params], device=logits.device
+        ).unsqueeze(-1)
+        logits = apply_top_k_top_p(
+            logits / temps, [p.top_k for p in params], [p.top_p for p in params]
+        )
+        probs = logits.softmax(dim=-1)
+        # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p. Each
+        # seeded request draws its noise from its own generator, so its tokens
+        # do not depend on what else is in the batch.
+        noise = torch.empty_like(probs).exponential_(generator=self.generator)
+        for row, gen in enumerate(generators):
+            if gen is not None and not params[row].greedy:
+                noise[row].exponential_(generator=gen)
+        sampled = (probs / noise).argmax(dim=-1)
+        is_greedy = torch.tensor([p.greedy for p in params], device=logits.device)
+        return torch.where(is_greedy, greedy, sampled).tolist()

@@ -1,0 +1,122 @@
+"""One scheduler, one token budget per step; no separate prefill and decode phases.
+
+Each step serves running decodes first (one token each), then prefill chunks
+of partially prefilled and waiting requests, until the budget or the sequence
+limit is reached. When KV blocks run out, the latest-arrived running request is
+preempted by recompute: its blocks are freed and it waits again at the front.
+The scheduler knows nothing of tensors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from engine.kv_cache import BlockManager
+from engine.sequence import Sequence, Status
+
+
+@dataclass(frozen=True)
+class ScheduledSequence:
+    seq: Sequence
+    num_new_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        """Whether this step computes the sequence's last token, so it gets a new one."""
+        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+
+
+class Scheduler:
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        enable_chunked_prefill: bool,
+    ) -> None:
+        self.block_manager = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[ScheduledSequence]:
+        budget = self.max_num_batched_tokens
+        scheduled: list[ScheduledSequence] = []
+        preempted = False
+        # Decodes first (one new token), then partially prefilled sequences.
+        order = sorted(self.running, key=lambda s: s.num_uncomputed_tokens > 1)
+        for seq in order:
+            if budget == 0:
+                break
+            if seq.status is not Status.RUNNING:  # preempted earlier in this loop
+                continue
+            num_new = min(seq.num_uncomputed_tokens, budget)
+            if num_new < seq.num_uncomputed_tokens and not self.enable_chunked_prefill:
+                continue
+            while not self.block_manager.allocate(seq, seq.num_computed_tokens + num_new):
+                preempted = True
+                victim = next(
+                    (s for s in reversed(self.running) if all(x.seq is not s for x in scheduled)),
+                )
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            else:
+                scheduled.append(ScheduledSequence(seq, num_new))
+                budget -= num_new
+        # New requests only when nothing had to be preempted for the running ones.
+        while (
+            self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not preempted
+        ):
+            seq = self.waiting[0]
+            cached_ids, cached_hashes = self.block_manager.find_cached_prefix(seq.token_ids)
+            num_cached = len(cached_ids) * self.block_manager.block_size
+            remaining = seq.num_tokens - num_cached
+            num_new = min(remaining, budget)
+            if num_new < remaining and not self.enable_chunked_prefill:
+                break
+            if not self.block_manager.allocate(
+                seq, num_cached + num_new, cached_ids, cached_hashes
+            ):
+                break
+            self.waiting.popleft()
+            seq.status = Status.RUNNING
+            seq.num_computed_tokens = num_cached
+            if seq.metrics.first_scheduled_time is None:
+                seq.metrics.first_scheduled_time = time.perf_counter()
+                seq.metrics.num_cached_tokens = num_cached
+            self.running.append(seq)
+            scheduled.append(ScheduledSequence(seq, num_new))
+            budget -= num_new
+        return scheduled
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.block_manager.free_sequence(seq)
+        seq.status = Status.WAITING
+        seq.num_computed_tokens = 0
+        seq.metrics.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Ends a request (stop, length or abort) and frees its blocks at once."""
+        if seq.status is Status.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is Status.WAITING:
+            self.waiting.remove(seq)
+        self.block_manager.free_sequence(seq)
+        seq.status = Status.FINISHED
+        seq.finish_reason = reason

@@ -1,0 +1,62 @@
+"""A request as the scheduler sees it: tokens, progress, blocks, and status."""
+
+from __future__ import annotations
+
+from enum import Enum, auto
+
+from engine.detokenizer import IncrementalDetokenizer
+from engine.metrics import RequestMetrics
+from engine.sampling_params import SamplingParams
+
+
+class Status(Enum):
+    WAITING = auto()
+    RUNNING = auto()
+    FINISHED = auto()
+
+
+class Sequence:
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        detokenizer: IncrementalDetokenizer,
+        prompt: str | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt = prompt
+        self.token_ids = list(prompt_token_ids)  # prompt, then output
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.detokenizer = detokenizer
+        self.status = Status.WAITING
+        # Tokens whose KV is in the cache. A preempted sequence drops back to 0
+        # and recomputes prompt + output so far (preemption by recompute).
+        self.num_computed_tokens = 0
+        self.block_table: list[int] = []
+        self.block_hashes: list[int] = []  # chained hashes of its full, computed blocks
+        self.num_emitted_tokens = 0  # output tokens already handed out in RequestOutputs
+        self.finish_reason: str | None = None
+        self.stop_reason: str | None = None
+        self.metrics = RequestMetrics()
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED
