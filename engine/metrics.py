@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -32,7 +33,7 @@ class RequestMetrics:
     def itl(self) -> list[float]:
         """Inter-token latencies, in seconds."""
         t = self.token_times
-        return [b - a for a, b in zip(t, t[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(t)]
 
     @property
     def e2e(self) -> float | None:

@@ -13,7 +13,7 @@ def test_tokenizer_matches_transformers(llm, hf_reference):
     _, hf_tok = hf_reference
     texts = [
         *PROMPTS,
-        "naïve café – 12345 日本語 🙂",
+        "naïve café \u2013 12345 日本語 🙂",
         "  leading spaces\n\n\ttabs",
         "It's they're 3.14",
     ]
