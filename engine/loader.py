@@ -153,11 +153,16 @@ def load_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
 
 def load_hf_dir(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
     cfg = json.loads((path / "config.json").read_text())
-    arch = next((_HF_ARCHS[a] for a in cfg.get("architectures", []) if a in _HF_ARCHS), None)
+    names = cfg.get("architectures") or []
+    arch = next((_HF_ARCHS[a] for a in names if a in _HF_ARCHS), None)
+    if arch is None and cfg.get("model_type") in _SUPPORTED_ARCHS:
+        arch = cfg["model_type"]
     if arch is None:
         raise ValueError(f"unsupported architectures {cfg.get('architectures')} in {path}")
-    if cfg.get("rope_scaling"):
-        raise ValueError(f"rope_scaling {cfg['rope_scaling']} is not supported yet")
+    # transformers 5 writes RoPE settings under rope_parameters; older files at the top level.
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise ValueError(f"RoPE scaling {rope} is not supported yet")
     n_heads = cfg["num_attention_heads"]
     config = ModelConfig(
         arch=arch,
@@ -169,7 +174,7 @@ def load_hf_dir(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
         num_kv_heads=cfg.get("num_key_value_heads", n_heads),
         head_dim=cfg.get("head_dim") or cfg["hidden_size"] // n_heads,
         rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-        rope_theta=cfg.get("rope_theta", 10000.0),
+        rope_theta=cfg.get("rope_theta") or rope.get("rope_theta", 10000.0),
         max_position_embeddings=cfg.get("max_position_embeddings", 2048),
     )
     weights: Weights = {}

@@ -20,8 +20,9 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         # Drop a token when the tokens ranked above it already reach p; the
-        # first token always stays.
-        drop = (probs.cumsum(dim=-1) - probs) >= p
+        # first token always stays, and rows with p = 1 keep everything (a
+        # float cumsum can reach 1.0 before the tail).
+        drop = ((probs.cumsum(dim=-1) - probs) >= p) & (p < 1.0)
         drop[..., 0] = False
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return logits

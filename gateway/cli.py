@@ -1,0 +1,125 @@
+"""The `semgate` command line: chat with the bundled model, run benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+console = Console(stderr=True)
+
+
+def _engine_config(args: argparse.Namespace) -> Any:
+    from engine import EngineConfig
+
+    return EngineConfig(model=args.model, max_model_len=args.max_model_len)
+
+
+def _stream_answer(llm: Any, messages: list[dict[str, str]], params: Any) -> str:
+    """Runs one chat turn, printing text as it is generated; returns the answer."""
+    engine = llm.engine
+    request_id = engine.add_request(llm.tokenizer.apply_chat_template(messages), params)
+    answer = ""
+    while engine.has_unfinished():
+        for out in engine.step():
+            if out.request_id == request_id:
+                sys.stdout.write(out.delta_text)
+                sys.stdout.flush()
+                answer += out.delta_text
+    sys.stdout.write("\n")
+    return answer
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from engine import LLM, SamplingParams
+
+    with console.status(f"loading {args.model} ..."):
+        llm = LLM(_engine_config(args))
+    params = SamplingParams(
+        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
+    )
+    history: list[dict[str, str]] = []
+    if args.system:
+        history.append({"role": "system", "content": args.system})
+    if args.prompt:
+        _stream_answer(llm, [*history, {"role": "user", "content": " ".join(args.prompt)}], params)
+        return 0
+    if not sys.stdin.isatty():
+        console.print("[red]no prompt given and standard input is not a terminal[/red]")
+        console.print('usage: semgate chat "your question"   (or run it on a terminal for a REPL)')
+        return 2
+    console.print("[bold]semgate chat[/bold]: empty line or Ctrl-D to quit, /reset to forget.")
+    while True:
+        try:
+            line = input("you> ").strip()
+        except (EOFError, KeyboardInterrupt):
+            break
+        if not line:
+            break
+        if line == "/reset":
+            history = history[:1] if args.system else []
+            continue
+        history.append({"role": "user", "content": line})
+        try:
+            answer = _stream_answer(llm, history, params)
+        except ValueError as exc:  # e.g. the conversation outgrew the context
+            console.print(f"[red]{escape(str(exc))}[/red]")
+            history.pop()
+            continue
+        history.append({"role": "assistant", "content": answer})
+    return 0
+
+
+def cmd_bench_engine(args: argparse.Namespace) -> int:
+    from engine.bench import run_engine_bench
+
+    run_engine_bench(quick=args.quick, out_path=args.out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="semgate", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log engine details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    chat = sub.add_parser("chat", help="chat with the model in the terminal")
+    chat.add_argument("prompt", nargs="*", help="one prompt to answer; none opens a REPL")
+    chat.add_argument("--model", default="smollm2-135m-instruct")
+    chat.add_argument("--max-model-len", type=int, default=None)
+    chat.add_argument("--system", default=None, help="system prompt")
+    chat.add_argument("--max-tokens", type=int, default=512)
+    chat.add_argument("--temperature", type=float, default=0.7)
+    chat.add_argument("--top-p", type=float, default=0.95)
+    chat.add_argument("--seed", type=int, default=None)
+    chat.set_defaults(func=cmd_chat)
+
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    engine = bench_sub.add_parser("engine", help="the engine against Hugging Face transformers")
+    engine.add_argument("--quick", action="store_true", help="a one-minute smoke run")
+    engine.add_argument("--out", type=Path, default=Path("bench-results/engine.json"))
+    engine.set_defaults(func=cmd_bench_engine)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

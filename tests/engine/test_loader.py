@@ -1,0 +1,60 @@
+"""Loading: the GGUF's own metadata, and a Hugging Face directory of the same model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from safetensors.torch import save_file
+
+from engine import LLM, EngineConfig
+from engine.config import resolve_model_path
+from tests.engine.conftest import GREEDY_64
+from tests.engine.prompts import PROMPTS
+
+
+def test_bundled_model_resolves_to_the_packaged_gguf():
+    path = resolve_model_path("smollm2-135m-instruct")
+    assert path.name.endswith(".gguf") and path.is_file()
+    assert resolve_model_path(str(path)) == path
+
+
+def test_model_config_comes_from_gguf_metadata(llm):
+    cfg = llm.engine.model_config
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads) == (30, 576, 9, 3)
+    assert cfg.vocab_size == 49152 and cfg.rope_theta == 100000.0
+    assert llm.tokenizer.eos_token_ids == {2}
+    assert "<|im_start|>" in (llm.tokenizer.chat_template or "")
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory, hf_reference):
+    """The same model saved by transformers as config.json + safetensors + tokenizer.json."""
+    model, tokenizer = hf_reference
+    path = tmp_path_factory.mktemp("smollm2-hf")
+    # save_pretrained refuses models that came from GGUF, so write the files directly.
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    (path / "config.json").write_text(json.dumps(config))
+    tied = config.get("tie_word_embeddings", False)
+    state = {
+        name: tensor.contiguous().clone()
+        for name, tensor in model.state_dict().items()
+        if not (tied and name == "lm_head.weight")
+    }
+    save_file(state, path / "model.safetensors")
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_hugging_face_directory_gives_the_same_outputs(hf_dir, llm):
+    hf_llm = LLM(EngineConfig(model=str(hf_dir), max_model_len=1024, kv_cache_memory=1 << 27))
+    assert hf_llm.engine.model_config == llm.engine.model_config
+    assert hf_llm.tokenizer.encode(PROMPTS[2]) == llm.tokenizer.encode(PROMPTS[2])
+    ours = [o.token_ids for o in llm.generate(PROMPTS[:4], GREEDY_64)]
+    theirs = [o.token_ids for o in hf_llm.generate(PROMPTS[:4], GREEDY_64)]
+    assert theirs == ours
+    messages = [{"role": "user", "content": "Hi"}]
+    assert hf_llm.tokenizer.apply_chat_template(messages) == llm.tokenizer.apply_chat_template(
+        messages
+    )
