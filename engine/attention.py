@@ -117,14 +117,19 @@ class TorchAttention:
         kv_heads = k_cache.shape[-2]
         k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k)
         v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)
-        out = q.new_empty(q.shape)
         n = meta.num_decodes
+        decoded = None
         if n:
             keys = k_cache[meta.decode_block_tables].flatten(1, 2).transpose(1, 2)
             values = v_cache[meta.decode_block_tables].flatten(1, 2).transpose(1, 2)
-            out[:n] = F.scaled_dot_product_attention(
+            decoded = F.scaled_dot_product_attention(
                 q[:n].unsqueeze(2), keys, values, attn_mask=meta.decode_mask, enable_gqa=True
             ).squeeze(2)
+            if not meta.chunks:  # a pure decode step: no need to assemble
+                return decoded.reshape(num_tokens, num_heads * head_dim)
+        out = q.new_empty(q.shape)
+        if decoded is not None:
+            out[:n] = decoded
         for c in meta.chunks:
             keys = k_cache[c.block_ids].flatten(0, 1)[: c.context_len].transpose(0, 1)
             values = v_cache[c.block_ids].flatten(0, 1)[: c.context_len].transpose(0, 1)

@@ -72,6 +72,9 @@ class EngineConfig:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # Decodes alone could then exhaust the budget every step and starve the rest.
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError("num_kv_blocks must be >= 1")
         if self.num_threads is None:

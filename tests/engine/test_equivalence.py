@@ -24,13 +24,13 @@ def test_alone_equals_inside_a_mixed_batch_of_16(llm, alone):
 
 def test_chunked_prefill_on_and_off(make_llm, alone):
     for chunked in (True, False):
-        llm = make_llm(enable_chunked_prefill=chunked, max_num_batched_tokens=24)
+        llm = make_llm(enable_chunked_prefill=chunked, max_num_batched_tokens=24, max_num_seqs=16)
         outputs = llm.generate(PROMPTS, GREEDY_64)
         assert [o.token_ids for o in outputs] == alone
 
 
 def test_long_prompt_is_split_across_steps(make_llm):
-    llm = make_llm(enable_chunked_prefill=True, max_num_batched_tokens=24)
+    llm = make_llm(enable_chunked_prefill=True, max_num_batched_tokens=24, max_num_seqs=16)
     engine = llm.engine
     engine.add_request(PROMPTS[-1] * 3, SamplingParams(max_tokens=1, temperature=0.0))
     steps = 0

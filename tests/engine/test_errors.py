@@ -33,6 +33,11 @@ def test_unknown_model_is_rejected():
         EngineConfig(model="no-such-model")
 
 
+def test_a_budget_smaller_than_the_batch_is_rejected():
+    with pytest.raises(ValueError, match="max_num_batched_tokens must be >= max_num_seqs"):
+        EngineConfig(max_num_batched_tokens=8, max_num_seqs=16)
+
+
 def test_bad_prompts_are_rejected_and_the_engine_keeps_serving(llm):
     params = SamplingParams(max_tokens=8, temperature=0.0)
     max_len = llm.engine.max_model_len
