@@ -39,8 +39,6 @@ class BlockManager:
         # Free blocks in eviction order (front = least recently freed).
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached: dict[int, int] = {}  # block hash -> block id
-        self.prefix_queries = 0
-        self.prefix_hits = 0
 
     @property
     def num_blocks(self) -> int:
@@ -77,8 +75,6 @@ class BlockManager:
                 break
             ids.append(block_id)
             hashes.append(parent)
-        self.prefix_queries += len(token_ids)
-        self.prefix_hits += len(ids) * bs
         return ids, hashes
 
     def allocate(

@@ -111,7 +111,6 @@ class LLMEngine:
             token_ids,
             params,
             IncrementalDetokenizer(self.tokenizer, params.stop),
-            prompt if isinstance(prompt, str) else None,
         )
 
     def add_sequence(self, seq: Sequence) -> None:
@@ -198,7 +197,7 @@ class LLMEngine:
         s.num_running = len(self.scheduler.running)
         s.num_waiting = len(self.scheduler.waiting)
         s.kv_cache_usage = self.block_manager.usage
-        s.prefix_cache_queries = self.block_manager.prefix_queries
-        s.prefix_cache_hits = self.block_manager.prefix_hits
+        s.prefix_cache_queries = self.scheduler.prefix_cache_queries
+        s.prefix_cache_hits = self.scheduler.prefix_cache_hits
         s.num_preemptions = self.scheduler.num_preemptions
         return s

@@ -83,9 +83,8 @@ def _param(t: torch.Tensor) -> nn.Parameter:
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, w: dict[str, torch.Tensor], index: int) -> None:
+    def __init__(self, cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:
         super().__init__()
-        self.index = index
         self.num_heads, self.num_kv_heads, self.head_dim = (
             cfg.num_heads,
             cfg.num_kv_heads,
@@ -147,7 +146,7 @@ class CausalLM(nn.Module):
         self.norm = RMSNorm(weights["norm"], cfg.rms_norm_eps)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_positions).to(device)
         self.layers = nn.ModuleList(
-            DecoderLayer(cfg, _layer_weights(weights, i), i) for i in range(cfg.num_layers)
+            DecoderLayer(cfg, _layer_weights(weights, i)) for i in range(cfg.num_layers)
         )
 
     @torch.inference_mode()

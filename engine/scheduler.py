@@ -44,6 +44,9 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        # Prompt tokens of admitted requests, and how many of them the prefix cache served.
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -94,6 +97,8 @@ class Scheduler:
             self.waiting.popleft()
             seq.status = Status.RUNNING
             seq.num_computed_tokens = num_cached
+            self.prefix_cache_queries += seq.num_tokens
+            self.prefix_cache_hits += num_cached
             if seq.metrics.first_scheduled_time is None:
                 seq.metrics.first_scheduled_time = time.perf_counter()
                 seq.metrics.num_cached_tokens = num_cached

@@ -22,10 +22,8 @@ class Sequence:
         prompt_token_ids: list[int],
         params: SamplingParams,
         detokenizer: IncrementalDetokenizer,
-        prompt: str | None = None,
     ) -> None:
         self.request_id = request_id
-        self.prompt = prompt
         self.token_ids = list(prompt_token_ids)  # prompt, then output
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params

@@ -49,6 +49,9 @@ def test_prefix_caching_on_and_off(make_llm, alone):
     again = cached.generate(PROMPTS[-1], GREEDY_64)[0]
     assert first.num_cached_tokens == 0
     assert again.num_cached_tokens >= 16
+    stats = cached.engine.get_stats()
+    assert stats.prefix_cache_hits == again.num_cached_tokens
+    assert stats.num_running == stats.num_waiting == 0
     assert first.token_ids == again.token_ids == alone[-1]
 
 
