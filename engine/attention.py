@@ -57,7 +57,8 @@ class TorchAttentionMetadata:
     slot_mapping: torch.Tensor
     num_decodes: int
     decode_block_tables: torch.Tensor | None  # [num_decodes, max_blocks]
-    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, max_blocks * block_size]
+    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, decode_keys]; None: all valid
+    decode_keys: int  # key positions the decode batch attends over
     chunks: list[_Chunk]
 
 
@@ -76,6 +77,7 @@ class TorchAttention:
         while num_decodes < len(seqs) and seqs[num_decodes].query_len == 1:
             num_decodes += 1
         tables = mask = None
+        decode_keys = 0
         if num_decodes:
             decodes = seqs[:num_decodes]
             width = max(len(s.block_table) for s in decodes)
@@ -83,9 +85,16 @@ class TorchAttention:
                 [s.block_table + [0] * (width - len(s.block_table)) for s in decodes],
                 dtype=torch.long,
             ).to(self.device, non_blocking=True)
-            lens = torch.tensor([s.context_len for s in decodes]).to(self.device, non_blocking=True)
-            key_pos = torch.arange(width * block_size, device=self.device)
-            mask = (key_pos[None, :] < lens[:, None]).view(num_decodes, 1, 1, -1)
+            lens = [s.context_len for s in decodes]
+            if min(lens) == max(lens):
+                # Equal contexts (always so for a single stream): slice, no mask,
+                # which lets SDPA skip the masking work.
+                decode_keys = lens[0]
+            else:
+                decode_keys = width * block_size
+                lens_t = torch.tensor(lens).to(self.device, non_blocking=True)
+                key_pos = torch.arange(decode_keys, device=self.device)
+                mask = (key_pos[None, :] < lens_t[:, None]).view(num_decodes, 1, 1, -1)
         chunks: list[_Chunk] = []
         start = num_decodes
         for s in seqs[num_decodes:]:
@@ -102,7 +111,7 @@ class TorchAttention:
             )
             chunks.append(_Chunk(start, end, blocks, s.context_len, chunk_mask))
             start = end
-        return TorchAttentionMetadata(slot_mapping, num_decodes, tables, mask, chunks)
+        return TorchAttentionMetadata(slot_mapping, num_decodes, tables, mask, decode_keys, chunks)
 
     def forward(
         self,
@@ -120,10 +129,14 @@ class TorchAttention:
         n = meta.num_decodes
         decoded = None
         if n:
-            keys = _gather(k_cache, meta.decode_block_tables).transpose(1, 2)
-            values = _gather(v_cache, meta.decode_block_tables).transpose(1, 2)
+            keys = _gather(k_cache, meta.decode_block_tables)[:, : meta.decode_keys]
+            values = _gather(v_cache, meta.decode_block_tables)[:, : meta.decode_keys]
             decoded = F.scaled_dot_product_attention(
-                q[:n].unsqueeze(2), keys, values, attn_mask=meta.decode_mask, enable_gqa=True
+                q[:n].unsqueeze(2),
+                keys.transpose(1, 2),
+                values.transpose(1, 2),
+                attn_mask=meta.decode_mask,
+                enable_gqa=True,
             ).squeeze(2)
             if not meta.chunks:  # a pure decode step: no need to assemble
                 return decoded.reshape(num_tokens, num_heads * head_dim)
