@@ -127,22 +127,11 @@ class TorchAttention:
         k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k)
         v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)
         n = meta.num_decodes
-        decoded = None
-        if n:
-            keys = _gather(k_cache, meta.decode_block_tables)[:, : meta.decode_keys]
-            values = _gather(v_cache, meta.decode_block_tables)[:, : meta.decode_keys]
-            decoded = F.scaled_dot_product_attention(
-                q[:n].unsqueeze(2),
-                keys.transpose(1, 2),
-                values.transpose(1, 2),
-                attn_mask=meta.decode_mask,
-                enable_gqa=True,
-            ).squeeze(2)
-            if not meta.chunks:  # a pure decode step: no need to assemble
-                return decoded.reshape(num_tokens, num_heads * head_dim)
+        if not meta.chunks:  # a pure decode step: nothing to assemble
+            return self._decode(q, k_cache, v_cache, meta).reshape(num_tokens, -1)
         out = q.new_empty(q.shape)
-        if decoded is not None:
-            out[:n] = decoded
+        if n:
+            out[:n] = self._decode(q[:n], k_cache, v_cache, meta)
         for c in meta.chunks:
             keys = _gather(k_cache, c.block_ids)[: c.context_len].transpose(0, 1)
             values = _gather(v_cache, c.block_ids)[: c.context_len].transpose(0, 1)
@@ -155,6 +144,21 @@ class TorchAttention:
                 enable_gqa=True,
             )[0].transpose(0, 1)
         return out.view(num_tokens, num_heads * head_dim)
+
+    @staticmethod
+    def _decode(
+        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: TorchAttentionMetadata
+    ) -> torch.Tensor:
+        """The leading one-token queries as one padded batch: [num_decodes, heads, head_dim]."""
+        keys = _gather(k_cache, meta.decode_block_tables)[:, : meta.decode_keys]
+        values = _gather(v_cache, meta.decode_block_tables)[:, : meta.decode_keys]
+        return F.scaled_dot_product_attention(
+            q.unsqueeze(2),
+            keys.transpose(1, 2),
+            values.transpose(1, 2),
+            attn_mask=meta.decode_mask,
+            enable_gqa=True,
+        ).squeeze(2)
 
 
 def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:

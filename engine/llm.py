@@ -6,7 +6,6 @@ import asyncio
 import logging
 import queue
 import threading
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -91,9 +90,7 @@ class AsyncLLM:
         """Streams RequestOutputs (deltas) until finished; leaving early aborts the request."""
         if self._stopped:
             raise RuntimeError("engine is shut down")
-        seq = self.engine.make_sequence(
-            prompt, params or SamplingParams(), request_id or uuid.uuid4().hex
-        )
+        seq = self.engine.make_sequence(prompt, params or SamplingParams(), request_id)
         rid = seq.request_id
         if rid in self._streams:
             raise ValueError(f"request id {rid!r} is already running")

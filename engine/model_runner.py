@@ -47,6 +47,9 @@ class ModelRunner:
             gen.manual_seed(seed)
         return gen
 
+    def _to_device(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long).to(self.device, non_blocking=True)
+
     def release(self, request_id: str) -> None:
         self.generators.pop(request_id, None)
 
@@ -81,13 +84,10 @@ class ModelRunner:
             slices.append(SequenceSlice(item.num_new_tokens, end, table))
             if item.samples:
                 logit_rows.append(len(input_ids) - 1)
-        to_dev = {"dtype": torch.long, "device": "cpu"}
-        ids_t = torch.tensor(input_ids, **to_dev).to(self.device, non_blocking=True)
-        pos_t = torch.tensor(positions, **to_dev).to(self.device, non_blocking=True)
-        slot_t = torch.tensor(slots, **to_dev).to(self.device, non_blocking=True)
+        ids_t, pos_t, slot_t = (self._to_device(x) for x in (input_ids, positions, slots))
         meta = self.attention.build_metadata(slices, slot_t, bs)
         hidden = self.model(ids_t, pos_t, self.attention, self.kv_caches, meta)
         if not logit_rows:
             return None
-        rows = torch.tensor(logit_rows, **to_dev).to(self.device, non_blocking=True)
+        rows = self._to_device(logit_rows)
         return self.model.compute_logits(hidden[rows])
