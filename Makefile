@@ -18,6 +18,7 @@ test: $(BOOT)
 
 bench: $(BOOT)
 	$(VENV)/bin/semgate bench engine
+	$(VENV)/bin/semgate bench cache
 
 lint: $(BOOT)
 	$(VENV)/bin/ruff check .

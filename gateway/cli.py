@@ -12,6 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from gateway.cache_cli import add_cache_commands
+
 console = Console(stderr=True)
 
 
@@ -83,6 +85,13 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_cache(args: argparse.Namespace) -> int:
+    from gateway.cache_bench import run_cache_bench
+
+    run_cache_bench(quick=args.quick, out_path=args.out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semgate", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log engine details")
@@ -105,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--quick", action="store_true", help="a one-minute smoke run")
     engine.add_argument("--out", type=Path, default=Path("bench-results/engine.json"))
     engine.set_defaults(func=cmd_bench_engine)
+    cache_bench = bench_sub.add_parser("cache", help="cache lookup latency and throughput")
+    cache_bench.add_argument("--quick", action="store_true", help="a short smoke run")
+    cache_bench.add_argument("--out", type=Path, default=Path("bench-results/cache.json"))
+    cache_bench.set_defaults(func=cmd_bench_cache)
+    add_cache_commands(sub)
     return parser
 
 
@@ -114,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     try:
         return args.func(args)
-    except ValueError as exc:
+    except (ValueError, RuntimeError) as exc:  # incl. RedisUnavailableError
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
     except KeyboardInterrupt:

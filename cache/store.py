@@ -1,0 +1,334 @@
+"""Cache entries in Redis through redisvl: one index, an exact tier and a semantic tier.
+
+Every entry is a hash at `semgate:entry:<id>`, where the id hashes the scope, the
+embedder and the normalised prompt: the exact tier is one HGETALL, and storing the
+same question again in the same scope replaces the old answer instead of
+duplicating it. The semantic tier is a KNN query over the index, filtered by the
+scope's tags, so a tenant or model never sees another's entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+from redisvl.exceptions import RedisSearchError
+from redisvl.index import AsyncSearchIndex
+from redisvl.query import FilterQuery, VectorQuery
+from redisvl.query.filter import FilterExpression, Tag, Text
+from redisvl.schema import IndexSchema
+
+from cache.policy import CacheScope, normalize_prompt
+from cache.thresholds import similarity_from_distance
+
+PREFIX = "semgate:entry"
+FIELDS = [
+    "prompt",
+    "response",
+    "tenant",
+    "model",
+    "context",
+    "embedder",
+    "created",
+    "hits",
+    "metadata",
+]
+# Only mark a hit on a key that still exists: HINCRBY on an expired key would recreate
+# it as a ghost hash with no TTL and no vector.
+_RECORD_HIT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HINCRBY', KEYS[1], 'hits', 1) end
+return nil
+"""
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    id: str
+    prompt: str
+    response: str
+    tenant: str
+    model: str
+    context: str
+    embedder: str
+    created: float
+    hits: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    ttl: int | None = None  # seconds left; None = never expires (or not read)
+
+    @property
+    def age(self) -> float:
+        return max(0.0, time.time() - self.created)
+
+    @classmethod
+    def from_fields(cls, entry_id: str, raw: dict[str, Any]) -> CacheEntry:
+        def text(name: str) -> str:
+            value = raw.get(name, "")
+            return value.decode() if isinstance(value, bytes) else str(value)
+
+        return cls(
+            id=entry_id,
+            prompt=text("prompt"),
+            response=text("response"),
+            tenant=text("tenant"),
+            model=text("model"),
+            context=text("context"),
+            embedder=text("embedder"),
+            created=float(text("created") or 0),
+            hits=int(float(text("hits") or 0)),
+            metadata=json.loads(text("metadata") or "{}"),
+        )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    entry: CacheEntry
+    similarity: float
+    tier: Literal["exact", "semantic"]
+
+
+def _is_missing_index(exc: Exception) -> bool:
+    cause = exc.__cause__ or exc
+    text = str(cause).lower()
+    return any(s in text for s in ("unknown index name", "no such index", "index not found"))
+
+
+class CacheStore:
+    """Redis operations of the cache; no policy, no fail-open (the facade does those)."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        embedder_id: str,
+        dims: int,
+        index_name: str = "semgate",
+        socket_timeout: float = 2.0,
+    ) -> None:
+        self.embedder_id = embedder_id
+        self.client = aioredis.Redis.from_url(
+            redis_url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
+        )
+        self.schema = IndexSchema.from_dict(
+            {
+                "index": {"name": index_name, "prefix": PREFIX, "storage_type": "hash"},
+                "fields": [
+                    {"name": "prompt", "type": "text"},
+                    {"name": "response", "type": "text"},
+                    {"name": "tenant", "type": "tag"},
+                    {"name": "model", "type": "tag"},
+                    {"name": "context", "type": "tag"},
+                    {"name": "embedder", "type": "tag"},
+                    {"name": "created", "type": "numeric", "attrs": {"sortable": True}},
+                    {"name": "hits", "type": "numeric", "attrs": {"sortable": True}},
+                    {
+                        "name": "vector",
+                        "type": "vector",
+                        "attrs": {
+                            "dims": dims,
+                            "algorithm": "hnsw",
+                            "distance_metric": "cosine",
+                            "datatype": "float32",
+                        },
+                    },
+                ],
+            }
+        )
+        self.index = AsyncSearchIndex(self.schema, redis_client=self.client)
+        self._record_hit = self.client.register_script(_RECORD_HIT)
+
+    async def connect(self) -> None:
+        """Creates the index unless it exists (an existing one keeps its entries)."""
+        await self.index.create(overwrite=False)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    def entry_id(self, scope: CacheScope, prompt: str) -> str:
+        key = json.dumps(
+            [scope.tenant, scope.model, scope.context, self.embedder_id, normalize_prompt(prompt)],
+            ensure_ascii=False,
+        )
+        return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+    def key(self, entry_id: str) -> str:
+        return f"{PREFIX}:{entry_id}"
+
+    def _scope_filter(self, scope: CacheScope) -> FilterExpression:
+        return (
+            (Tag("tenant") == scope.tenant)
+            & (Tag("model") == scope.model)
+            & (Tag("context") == scope.context)
+            & (Tag("embedder") == self.embedder_id)
+        )
+
+    async def _indexed(self, run: Any) -> Any:
+        """Runs an index query; if the index vanished (FLUSHALL, a restart without
+        persistence) it is recreated and the query retried once."""
+        try:
+            return await run()
+        except (RedisSearchError, ResponseError) as exc:
+            if not _is_missing_index(exc):
+                raise
+        await self.index.create(overwrite=False)
+        return await run()
+
+    async def get_exact(self, scope: CacheScope, prompt: str) -> Candidate | None:
+        entry = await self.get(self.entry_id(scope, prompt), with_ttl=False)
+        return None if entry is None else Candidate(entry, 1.0, "exact")
+
+    async def search(self, scope: CacheScope, vector: np.ndarray, k: int = 3) -> list[Candidate]:
+        """The k nearest entries in the scope, most similar first (any similarity)."""
+        query = VectorQuery(
+            vector=np.asarray(vector, dtype=np.float32).tobytes(),
+            vector_field_name="vector",
+            return_fields=FIELDS,
+            filter_expression=self._scope_filter(scope),
+            num_results=k,
+        )
+        rows = await self._indexed(lambda: self.index.query(query))
+        return [
+            Candidate(
+                CacheEntry.from_fields(row["id"].removeprefix(PREFIX + ":"), row),
+                similarity_from_distance(float(row["vector_distance"])),
+                "semantic",
+            )
+            for row in rows
+        ]
+
+    async def put(
+        self,
+        scope: CacheScope,
+        prompt: str,
+        response: str,
+        vector: np.ndarray,
+        ttl: int | None,
+        metadata: dict[str, Any] | None = None,
+    ) -> CacheEntry:
+        """Stores (or replaces) the answer to `prompt` in `scope`; `ttl` in seconds, None
+        for no expiry."""
+        entry = CacheEntry(
+            id=self.entry_id(scope, prompt),
+            prompt=prompt,
+            response=response,
+            tenant=scope.tenant,
+            model=scope.model,
+            context=scope.context,
+            embedder=self.embedder_id,
+            created=time.time(),
+            metadata=metadata or {},
+            ttl=ttl,
+        )
+        mapping = {
+            "prompt": entry.prompt,
+            "response": entry.response,
+            "tenant": entry.tenant,
+            "model": entry.model,
+            "context": entry.context,
+            "embedder": entry.embedder,
+            "created": entry.created,
+            "hits": 0,
+            "metadata": json.dumps(entry.metadata, ensure_ascii=False),
+            "vector": np.asarray(vector, dtype=np.float32).tobytes(),
+        }
+        key = self.key(entry.id)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            pipe.hset(key, mapping=mapping)
+            if ttl is not None:
+                pipe.expire(key, ttl)
+            await pipe.execute()
+        return entry
+
+    async def record_hit(self, entry_id: str) -> None:
+        await self._record_hit(keys=[self.key(entry_id)])
+
+    async def get(self, entry_id: str, with_ttl: bool = True) -> CacheEntry | None:
+        key = self.key(entry_id)
+        if not with_ttl:
+            raw = await self.client.hgetall(key)
+            return CacheEntry.from_fields(entry_id, _decoded(raw)) if raw.get(b"prompt") else None
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(key)
+            pipe.ttl(key)
+            raw, ttl = await pipe.execute()
+        if not raw.get(b"prompt"):
+            return None
+        entry = CacheEntry.from_fields(entry_id, _decoded(raw))
+        return _with_ttl(entry, ttl)
+
+    async def delete(self, entry_id: str) -> bool:
+        return bool(await self.client.delete(self.key(entry_id)))
+
+    def _filter(
+        self, tenant: str | None, model: str | None, text: str | None = None
+    ) -> FilterExpression | None:
+        expr: FilterExpression | None = None
+        parts = [
+            Tag("tenant") == tenant if tenant else None,
+            Tag("model") == model if model else None,
+        ]
+        if text:
+            parts.append(Text("prompt") % text)
+        for part in parts:
+            if part is not None:
+                expr = part if expr is None else expr & part
+        return expr
+
+    async def list(
+        self,
+        tenant: str | None = None,
+        model: str | None = None,
+        text: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[int, list[CacheEntry]]:
+        """Entries newest first, optionally filtered by tenant, model and prompt words;
+        returns (total matching, this page)."""
+        query = FilterQuery(
+            filter_expression=self._filter(tenant, model, text) or "*",
+            return_fields=FIELDS,
+            num_results=limit,
+            sort_by=("created", "DESC"),
+        )
+        query.paging(offset, limit)
+        result = await self._indexed(
+            lambda: self.index.search(query.query, query_params=query.params)
+        )
+        entries = [
+            CacheEntry.from_fields(doc.id.removeprefix(PREFIX + ":"), doc.__dict__)
+            for doc in result.docs
+        ]
+        if entries:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for entry in entries:
+                    pipe.ttl(self.key(entry.id))
+                ttls = await pipe.execute()
+            entries = [_with_ttl(e, t) for e, t in zip(entries, ttls, strict=True)]
+        return int(result.total), entries
+
+    async def flush(self, tenant: str | None = None, model: str | None = None) -> int:
+        """Deletes every entry, or those of one tenant and/or model; returns how many."""
+        expr = self._filter(tenant, model)
+        if expr is None:
+            return int(await self._indexed(self.index.clear))
+        result = await self._indexed(lambda: self.index.drop_by_filter(expr))
+        return int(result.processed)
+
+    async def count(self) -> int:
+        info = await self._indexed(self.index.info)
+        return int(info.get("num_docs", 0))
+
+
+def _decoded(raw: dict[bytes, bytes]) -> dict[str, Any]:
+    return {k.decode(): v for k, v in raw.items() if k != b"vector"}
+
+
+def _with_ttl(entry: CacheEntry, ttl: int) -> CacheEntry:
+    from dataclasses import replace
+
+    return replace(entry, ttl=None if ttl is None or ttl < 0 else int(ttl))

@@ -1,0 +1,82 @@
+"""One embedded Redis Stack and one embedder per test session; an event loop in a
+thread so async cache calls can run from plain tests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from cache import CacheRequest, EmbeddedRedis, Embedder, SemanticCache
+from cache.store import CacheStore
+
+T = TypeVar("T")
+Run = Callable[[Coroutine[Any, Any, T]], T]
+
+
+@pytest.fixture(scope="session")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+@pytest.fixture(scope="session")
+def run(loop: asyncio.AbstractEventLoop) -> Run:
+    def run(coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(Path(tmp_path_factory.mktemp("redis")))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Iterator[Embedder]:
+    emb = Embedder()
+    yield emb
+    emb.close()
+
+
+@pytest.fixture(scope="session")
+def store(redis_server: EmbeddedRedis, embedder: Embedder, run: Run) -> Iterator[CacheStore]:
+    st = CacheStore(redis_server.url, embedder.model_id, embedder.dims, index_name="semgate-test")
+    run(st.connect())
+    yield st
+    run(st.close())
+
+
+@pytest.fixture
+def cache(store: CacheStore, embedder: Embedder) -> SemanticCache:
+    """A fresh facade (own stats) over the shared store."""
+    return SemanticCache(store, embedder)
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A tenant no other test uses, so tests never see each other's entries."""
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def ask(question: str, tenant: str, model: str = "m", **kw: Any) -> CacheRequest:
+    return CacheRequest(
+        model=model,
+        tenant=tenant,
+        temperature=0.0,
+        messages=[*kw.pop("before", []), {"role": "user", "content": question}],
+        **kw,
+    )

@@ -1,0 +1,133 @@
+"""Policy, thresholds, the embedder and the embedded server's errors."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cache import CachePolicy, CompletionOutcome, EmbeddedRedis, Embedder, Thresholds
+from cache import redis_server as redis_server_module
+from cache.policy import context_fingerprint, normalize_prompt
+from cache.thresholds import distance_from_similarity, similarity_from_distance
+from tests.cache.conftest import Run, ask
+
+
+def test_policy_bypasses_and_store_rules():
+    policy = CachePolicy(max_temperature=0.5)
+    assert policy.may_lookup(ask("hi there", "t")).allowed
+    assert "n > 1" in policy.may_lookup(ask("hi there", "t", n=2)).reason
+    assert not policy.may_lookup(ask("hi there", "t", logprobs=True)).allowed
+    assert not policy.may_lookup(ask("hi there", "t", tools=True)).allowed
+    hot = ask("hi there", "t")
+    object.__setattr__(hot, "temperature", 0.9)
+    assert "temperature" in policy.may_lookup(hot).reason
+    req = ask("hi there", "t")
+    assert policy.may_store(req, CompletionOutcome("hello", "stop")).allowed
+    for outcome in [
+        CompletionOutcome("hel", "length"),
+        CompletionOutcome("hel", "stop", error=True),
+        CompletionOutcome("hel", "stop", aborted=True),
+        CompletionOutcome("", "tool_calls", tool_calls=True),
+        CompletionOutcome("   ", "stop"),
+    ]:
+        assert not policy.may_store(req, outcome).allowed
+
+
+def test_context_fingerprint_covers_model_system_and_turns():
+    sys_a = [{"role": "system", "content": "be brief"}]
+    sys_b = [{"role": "system", "content": "be verbose"}]
+    assert context_fingerprint("m", sys_a) == context_fingerprint("m", list(sys_a))
+    assert context_fingerprint("m", sys_a) != context_fingerprint("m", sys_b)
+    assert context_fingerprint("m", sys_a) != context_fingerprint("n", sys_a)
+    assert normalize_prompt("  What  is X? ") == normalize_prompt("what is x")
+
+
+def test_thresholds_are_similarities_with_overrides():
+    t = Thresholds(default=0.8, per_model={"big": 0.9}, per_tenant={"strict": 0.95})
+    assert t.for_scope("anyone", "small") == 0.8
+    assert t.for_scope("anyone", "big") == 0.9
+    assert t.for_scope("strict", "big") == 0.95
+    assert similarity_from_distance(distance_from_similarity(0.83)) == pytest.approx(0.83)
+    for bad in (1.5, -0.1, "0.8", True):
+        with pytest.raises(ValueError):
+            Thresholds(default=bad)  # type: ignore[arg-type]
+
+
+def test_embedder_matches_sentence_transformers_and_batches(embedder: Embedder, run: Run):
+    from sentence_transformers import SentenceTransformer
+
+    from cache.embedder import resolve_embedder_path
+
+    texts = ["How do I reset my password?", "Convert 100 °F to Celsius", "hi", "word " * 400]
+    reference = SentenceTransformer(
+        str(resolve_embedder_path("all-minilm-l6-v2")[1]), device="cpu"
+    ).encode(texts, normalize_embeddings=True)
+    ours = embedder.encode(texts)
+    assert ours.shape == (4, embedder.dims) and ours.dtype == np.float32
+    assert np.all(np.sum(ours * reference, axis=1) > 0.999)
+
+    async def concurrent() -> list[np.ndarray]:
+        return await asyncio.gather(*(embedder.embed(t) for t in texts * 8))
+
+    batched = run(concurrent())
+    for i, vec in enumerate(batched):
+        assert float(np.dot(vec, ours[i % 4])) > 0.9999
+
+
+def test_unknown_embedder_is_a_clear_error():
+    with pytest.raises(ValueError, match="never downloaded"):
+        Embedder("sentence-transformers/not-here")
+
+
+def test_missing_libssl_names_the_bootstrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(redis_server_module, "LIBSSL_DIR", tmp_path / "nope")
+    with pytest.raises(redis_server_module.RedisUnavailableError, match="bootstrap"):
+        EmbeddedRedis(tmp_path / "data").start()
+
+
+def test_one_server_per_data_dir(redis_server: EmbeddedRedis):
+    with pytest.raises(redis_server_module.RedisUnavailableError, match="REDIS_URL"):
+        EmbeddedRedis(redis_server.data_dir).start()
+    assert redis_server.running
+
+
+def test_redis_url_without_search_module_is_refused(tmp_path: Path):
+    """A plain Redis (the same binary without modules) is not enough for the cache."""
+    base = redis_server_module.redis_stack_dir()
+    server = EmbeddedRedis(tmp_path)
+    server.port = redis_server_module._free_port()
+    import subprocess
+
+    proc = subprocess.Popen(
+        [
+            str(base / "bin" / "redis-server"),
+            "--port",
+            str(server.port),
+            "--save",
+            "",
+            "--dir",
+            str(tmp_path),
+        ],
+        env={"LD_LIBRARY_PATH": str(redis_server_module.LIBSSL_DIR)},
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        import time
+
+        import redis
+
+        client = redis.Redis(port=server.port)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        with pytest.raises(redis_server_module.RedisUnavailableError, match="search module"):
+            redis_server_module.check_redis_url(server.url)
+    finally:
+        proc.terminate()
+        proc.wait()

@@ -1,0 +1,75 @@
+"""The near-miss guard, rule by rule, and the calibration goal on the labelled set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cache import DEFAULT_THRESHOLD, Guard, SemanticCache, calibrate, load_pairs
+from tests.cache.conftest import Run
+
+DATA = Path(__file__).parents[1] / "data"
+
+NEAR_MISSES = [
+    ("Convert 100 °F to Celsius", "Convert 100 °C to Fahrenheit", {"units", "order"}),
+    ("Can I get a refund after 30 days?", "Can I get a refund within 30 days?", {"polarity"}),
+    ("What is 17 times 23?", "What is 17 times 24?", {"numbers"}),
+    ("what is 10 minus 4", "what is 4 minus 10", {"order"}),
+    ("Does the free plan include SSO?", "Doesn't the free plan include SSO?", {"negation"}),
+    ("translate hello from English to French", "translate hello from French to English", {"order"}),
+    ("is a cat bigger than a dog", "is a dog bigger than a cat", {"order"}),
+    ("how do i install numpy on windows", "how do i install numpy on macos", {"entities"}),
+    ("When was Tesla founded?", "Who founded Tesla?", {"question_type"}),
+    ("How much protein does a child need?", "How much protein does an adult need?", {"contrast"}),
+    ("How do I turn on roaming?", "How do I turn off roaming?", {"polarity"}),
+    (
+        "Does my car insurance cover hail damage?",
+        "Does my home insurance cover hail damage?",
+        {"substitution"},
+    ),
+]
+
+PARAPHRASES = [
+    ("How do I reset my password?", "reset password steps"),
+    ("convert 5 km to miles", "how many miles is 5 kilometers"),
+    ("What's 12 plus 7?", "add 7 and 12"),
+    ("What is the capital of Australia?", "what's australia's capital city"),
+    ("How many ounces in a pound?", "1 lb equals how many oz"),
+    ("When did World War 2 end?", "what year did ww2 finish"),
+]
+
+
+@pytest.mark.parametrize(("cached", "query", "rules"), NEAR_MISSES)
+def test_near_misses_are_rejected_by_the_named_rule(cached: str, query: str, rules: set[str]):
+    verdict = Guard().check(cached, query)
+    assert not verdict.ok and verdict.rule in rules, verdict
+    assert verdict.detail
+
+
+@pytest.mark.parametrize(("cached", "query"), PARAPHRASES)
+def test_paraphrases_pass(cached: str, query: str):
+    assert Guard().check(cached, query).ok
+
+
+def test_rules_can_be_switched_off_and_unknown_rules_are_refused():
+    assert Guard(rules=("negation",)).check("What is 17 times 23?", "What is 17 times 24?").ok
+    with pytest.raises(ValueError, match="unknown guard rules"):
+        Guard(rules=("vibes",))
+
+
+def test_labelled_set_is_big_and_hard():
+    pairs = load_pairs(DATA / "cache_pairs.jsonl")
+    assert len(pairs) >= 200
+    assert sum(p.label == 0 for p in pairs) >= len(pairs) / 2
+
+
+def test_calibration_goal_on_the_labelled_set(cache: SemanticCache, run: Run):
+    """Default threshold, guard on: precision >= 0.95 with recall >= 0.7."""
+    report = run(calibrate(cache, load_pairs(DATA / "cache_pairs.jsonl")), timeout=300)
+    assert report.threshold == DEFAULT_THRESHOLD
+    assert report.with_guard.precision >= 0.95, report.with_guard
+    assert report.with_guard.recall >= 0.7, report.with_guard
+    assert report.without_guard.precision < report.with_guard.precision
+    assert len(report.curve_with_guard) == len(report.curve_without_guard) > 10
+    assert run(cache.store.list(text="calibration"))[0] == 0  # its scope was flushed

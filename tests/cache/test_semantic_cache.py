@@ -1,0 +1,191 @@
+"""The cache against the real embedded Redis Stack and the real embedder."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from cache import CompletionOutcome, EmbeddedRedis, Embedder, SemanticCache
+from cache.store import CacheStore
+from tests.cache.conftest import Run, ask
+
+DONE = CompletionOutcome("Paris is the capital of France.", "stop")
+
+
+def test_exact_then_semantic_then_guarded_near_miss(cache: SemanticCache, tenant: str, run: Run):
+    q = "What is the capital of France?"
+    assert run(cache.lookup(ask(q, tenant))).status == "miss"
+    assert run(cache.store_answer(ask(q, tenant), DONE)) is not None
+
+    exact = run(cache.lookup(ask("  what is the capital of france ", tenant)))
+    assert exact.status == "hit" and exact.hit is not None and exact.hit.tier == "exact"
+
+    para = run(cache.lookup(ask("Tell me the capital city of France", tenant)))
+    assert para.status == "hit" and para.hit is not None and para.hit.tier == "semantic"
+    assert para.hit.entry.response == DONE.text
+    assert 0.7 <= para.hit.similarity < 1.0
+
+    run(cache.seed("Convert 100 °F to Celsius", "37.8 °C", model="m", tenant=tenant))
+    near = run(cache.lookup(ask("Convert 100 °C to Fahrenheit", tenant)))
+    assert near.status == "miss"
+    best = near.best
+    assert best is not None and best.above_threshold and not best.verdict.ok
+    assert cache.stats.guard_rejections == 1
+    assert cache.stats.hits_exact == 1 and cache.stats.hits_semantic == 1
+
+
+def test_dry_run_reports_candidate_and_verdict_without_counting(
+    cache: SemanticCache, tenant: str, run: Run
+):
+    run(cache.seed("Can I get a refund within 30 days?", "Yes.", model="m", tenant=tenant))
+    dry = run(cache.lookup(ask("Can I get a refund after 30 days?", tenant), dry_run=True))
+    assert dry.best is not None
+    assert dry.best.verdict.rule == "polarity" and "after" in dry.best.verdict.detail
+    assert dry.status == "miss"
+    assert cache.stats.lookups == 0 and cache.stats.guard_rejections == 0
+
+
+def test_ttl_expiry(cache: SemanticCache, tenant: str, run: Run):
+    run(cache.store_answer(ask("How tall is Mount Everest?", tenant), DONE, ttl=1))
+    assert run(cache.lookup(ask("How tall is Mount Everest?", tenant))).status == "hit"
+    time.sleep(2.1)
+    assert run(cache.lookup(ask("How tall is Mount Everest?", tenant))).status == "miss"
+
+
+def test_scopes_are_isolated(cache: SemanticCache, tenant: str, run: Run):
+    q = "How do I reset my password?"
+    run(cache.store_answer(ask(q, tenant, model="model-x"), DONE))
+    assert run(cache.lookup(ask(q, tenant, model="model-x"))).status == "hit"
+    assert run(cache.lookup(ask(q, tenant + "-other", model="model-x"))).status == "miss"
+    assert run(cache.lookup(ask(q, tenant, model="model-y"))).status == "miss"
+    # The same question after other turns belongs to another conversation context.
+    before = [{"role": "system", "content": "You are a pirate."}]
+    assert run(cache.lookup(ask(q, tenant, model="model-x", before=before))).status == "miss"
+
+
+def test_index_recreated_after_flushall(
+    cache: SemanticCache, store: CacheStore, tenant: str, run: Run
+):
+    run(cache.seed("What is the boiling point of water?", "100 °C", model="m", tenant=tenant))
+    run(store.client.flushall())
+    assert run(cache.lookup(ask("What's water's boiling point?", tenant))).status == "miss"
+    assert not cache.stats.errors
+    run(cache.seed("What is the boiling point of water?", "100 °C", model="m", tenant=tenant))
+    deadline = time.monotonic() + 5
+    while run(cache.lookup(ask("What's water's boiling point?", tenant))).status != "hit":
+        assert time.monotonic() < deadline, "the recreated index never served the entry"
+        time.sleep(0.1)
+
+
+def test_list_delete_and_flush_by_scope(
+    cache: SemanticCache, store: CacheStore, tenant: str, run: Run
+):
+    a = run(cache.seed("How do I cancel my subscription?", "Settings.", model="x", tenant=tenant))
+    run(cache.seed("Where is my order?", "Tracking page.", model="y", tenant=tenant))
+    total, entries = run(store.list(tenant=tenant))
+    assert total == 2 and {e.model for e in entries} == {"x", "y"}
+    assert all(e.ttl is not None and e.ttl > 0 for e in entries)
+    assert run(store.list(tenant=tenant, text="subscription"))[0] == 1
+    assert run(store.delete(a.id)) and run(store.get(a.id)) is None
+    assert run(store.flush(tenant=tenant, model="y")) == 1
+    assert run(store.list(tenant=tenant))[0] == 0
+
+
+def test_fail_open_when_redis_stops(embedder: Embedder, tmp_path: Path, run: Run):
+    server = EmbeddedRedis(tmp_path / "redis")
+    server.start()
+    store = CacheStore(server.url, embedder.model_id, embedder.dims, socket_timeout=0.5)
+    cache = SemanticCache(store, embedder, timeout=1.0)
+    run(store.connect())
+    try:
+        run(cache.store_answer(ask("What is 2 plus 2?", "t"), DONE))
+        assert run(cache.lookup(ask("What is 2 plus 2?", "t"))).status == "hit"
+        server.stop()
+        result = run(cache.lookup(ask("What is 2 plus 2?", "t")))
+        assert result.status == "error" and result.hit is None
+        assert run(cache.store_answer(ask("What is 3 plus 3?", "t"), DONE)) is None
+        assert cache.stats.errors["redis"] == 1 and cache.stats.errors["store_redis"] == 1
+    finally:
+        run(store.close())
+        server.stop()
+
+
+def test_singleflight_coalesces_20_equivalent_misses(cache: SemanticCache, tenant: str, run: Run):
+    calls = 0
+    questions = ["How do I export my contacts to CSV?"] * 12 + [
+        "how do i export my contacts to csv",
+        "How can I export my contacts to a CSV file?",
+    ] * 4
+
+    async def upstream():
+        nonlocal calls
+        calls += 1
+        for piece in ["Open ", "Settings, ", "then ", "Export."]:
+            await asyncio.sleep(0.05)
+            yield piece
+
+    async def one(question: str) -> tuple[bool, str]:
+        lookup = await cache.lookup(ask(question, tenant))
+        assert lookup.status == "miss"
+        leader, stream = await cache.follow_or_lead(ask(question, tenant), lookup, upstream)
+        return leader, "".join([piece async for piece in stream])
+
+    async def all_at_once():
+        return await asyncio.gather(*(one(q) for q in questions))
+
+    results = run(all_at_once())
+    assert len(results) == 20 and calls == 1
+    assert sum(leader for leader, _ in results) == 1
+    assert {text for _, text in results} == {"Open Settings, then Export."}
+    assert cache.stats.coalesced == 19 and cache.singleflight.in_flight() == 0
+
+
+def test_singleflight_keeps_near_misses_apart(cache: SemanticCache, tenant: str, run: Run):
+    calls = 0
+
+    async def upstream():
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.1)
+        yield "answer"
+
+    async def one(question: str) -> None:
+        lookup = await cache.lookup(ask(question, tenant))
+        _, stream = await cache.follow_or_lead(ask(question, tenant), lookup, upstream)
+        async for _ in stream:
+            pass
+
+    async def both():
+        await asyncio.gather(one("What is 17 times 23?"), one("What is 17 times 24?"))
+
+    run(both())
+    assert calls == 2
+
+
+def test_leader_leaving_does_not_cut_off_followers(cache: SemanticCache, tenant: str, run: Run):
+    async def upstream():
+        for i in range(5):
+            await asyncio.sleep(0.03)
+            yield str(i)
+
+    async def scenario() -> str:
+        request = ask("Which plan includes SSO?", tenant)
+        lookup = await cache.lookup(request)
+        _, lead = await cache.follow_or_lead(request, lookup, upstream)
+        _, follow = await cache.follow_or_lead(request, lookup, upstream)
+        await lead.__anext__()
+        await lead.aclose()  # the leader's client disconnects
+        return "".join([c async for c in follow])
+
+    assert run(scenario()) == "01234"
+
+
+@pytest.mark.parametrize("finish", ["length", None])
+def test_unfinished_answers_are_not_stored(cache: SemanticCache, tenant: str, run: Run, finish):
+    request = ask("Write a long poem about the sea", tenant)
+    assert run(cache.store_answer(request, CompletionOutcome("The sea", finish))) is None
+    assert run(cache.lookup(request)).status == "miss"
+    assert cache.stats.store_skips == 1
