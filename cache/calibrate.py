@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cache.policy import CacheRequest
 from cache.semantic_cache import CheckedCandidate, SemanticCache
+from cache.thresholds import validate_threshold
 
 CURVE = tuple(round(0.5 + 0.025 * i, 3) for i in range(21))  # 0.50, 0.525, ..., 1.00
 
@@ -154,13 +155,12 @@ async def calibrate(
 ) -> CalibrationReport:
     pairs = list(pairs)
     tenant = f"calibrate-{uuid.uuid4().hex[:12]}"  # a fresh scope, flushed at the end
-    threshold = cache.thresholds.for_scope(tenant, model) if threshold is None else threshold
+    if threshold is None:
+        threshold = cache.thresholds.for_scope(tenant, model)
+    threshold = validate_threshold(threshold)
     judgements = Judgements(pairs)
-    positives = {(p.cached, p.query) for p in pairs if p.label == 1}
     queries = list(dict.fromkeys(p.query for p in pairs))
-    answerable = len({q for _, q in positives})
-    # Ranking needs candidates well below any threshold on the curve.
-    saved_k, cache.k = cache.k, max(cache.k, 5)
+    answerable = len({p.query for p in pairs if p.label == 1})
     try:
         cache.embedder.embed_many([p.cached for p in pairs] + queries)
         for cached in dict.fromkeys(p.cached for p in pairs):
@@ -173,12 +173,12 @@ async def calibrate(
                 temperature=0.0,
                 messages=[{"role": "user", "content": query}],
             )
-            lookup = await cache.lookup(request, dry_run=True, threshold=0.0)
+            # Candidates well below any threshold on the curve, to rank them.
+            lookup = await cache.lookup(request, dry_run=True, threshold=0.0, candidates=5)
             if lookup.status == "error":
                 raise RuntimeError(f"lookup failed during calibration: {lookup.reason}")
             results[query] = lookup.candidates
     finally:
-        cache.k = saved_k
         await cache.store.flush(tenant=tenant)
 
     def curve(guard: bool) -> list[Score]:

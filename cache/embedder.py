@@ -7,6 +7,7 @@ call, and a lone call waits for nobody. Repeated texts come from an LRU.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import queue
@@ -111,8 +112,12 @@ class Embedder:
             )
             return torch.jit.freeze(traced)
 
-    def token_count(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+    def fits(self, text: str) -> bool:
+        """Whether the whole text is embedded (not truncated). A WordPiece token covers at
+        least one character, so texts shorter than the window never need tokenising."""
+        if len(text) + 2 <= self.max_tokens:  # + [CLS] and [SEP]
+            return True
+        return len(self.tokenizer(text)["input_ids"]) <= self.max_tokens
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embeds now, on the calling thread: [len(texts), dims] float32, unit rows."""
@@ -154,18 +159,18 @@ class Embedder:
         return fut
 
     async def embed(self, text: str) -> np.ndarray:
-        import asyncio
-
         return await asyncio.wrap_future(self.submit(text))
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
-        """Blocking batch embed through the LRU (CLI and calibration)."""
-        missing = [t for t in dict.fromkeys(texts) if self._cached(t) is None]
+        """Blocking batch embed through the LRU (CLI, calibration, benchmark seeding)."""
+        found = {t: v for t in dict.fromkeys(texts) if (v := self._cached(t)) is not None}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
         for start in range(0, len(missing), self.max_batch):
             chunk = missing[start : start + self.max_batch]
             for text, vec in zip(chunk, self.encode(chunk), strict=True):
                 self._remember(text, vec)
-        return np.stack([self._cached(t) for t in texts]) if texts else np.zeros((0, self.dims))
+                found[text] = vec
+        return np.stack([found[t] for t in texts]) if texts else np.zeros((0, self.dims))
 
     def _run(self) -> None:
         while True:

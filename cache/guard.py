@@ -31,7 +31,7 @@ PASS = Verdict(True)
 
 _TOKEN = re.compile(
     r"°\s?[cfk]\b"  # degree units
-    r"|[$€£¥₹%]"  # currency and percent symbols
+    r"|[$€£¥₹%]"  # currency signs (lexicon.CURRENCY_SIGNS) and percent
     r"|\d+/\d+"  # fractions
     r"|\d+(?:[.,]\d+)*(?:st|nd|rd|th|k)?(?![^\W_])"  # numbers, ordinals, 300k
     r"|[^\W\d_]+(?:[.'\u2019+#-][^\W\d_0-9]+)*[+#]*"  # words: node.js, c++, c#, don't, e-mail
@@ -125,22 +125,19 @@ def _units(words: list[str]) -> tuple[list[str], set[str]]:
     """All units in order, and those that measure a stated number ("30 days")."""
     units: list[str] = []
     quantified: set[str] = set()
+    numeric = [_number_value(w) is not None for w in words] + [False]
     for i, word in enumerate(words):
-        after_number = i > 0 and _number_value(words[i - 1]) is not None
+        after_number = i > 0 and numeric[i - 1]
         # "100 us dollars": one word may sit between a number and its unit.
-        near_number = after_number or (i > 1 and _number_value(words[i - 2]) is not None)
+        near_number = after_number or (i > 1 and numeric[i - 2])
         unit = lexicon.UNITS.get(word)
         # Bare letters (c, f, m, g, l, h, s) are units only right after a number.
         if unit is None and word in lexicon.LETTER_UNITS and after_number:
             unit = lexicon.LETTER_UNITS[word]
         if unit is not None:
             units.append(unit)
-            if near_number or (
-                i + 1 < len(words)
-                and _number_value(words[i + 1]) is not None
-                and word in {"$", "€", "£", "¥", "₹"}
-            ):
-                quantified.add(unit)
+            if near_number or (word in lexicon.CURRENCY_SIGNS and numeric[i + 1]):
+                quantified.add(unit)  # "30 days", "$20"
     return units, quantified
 
 
@@ -152,36 +149,36 @@ def _negations(words: list[str]) -> int:
     return count
 
 
-def _entities(tokens: list[tuple[str, str]]) -> set[str]:
+def _entities(tokens: list[tuple[str, str]], words: list[str]) -> set[str]:
     """Proper names and technical names: capitalised or mixed-case words not starting a
     sentence, acronyms, letter+digit names, and a gazetteer for names users type in
     lower case (countries, cities, languages, products). Aliases map to one name."""
     found: set[str] = set()
-    words = [_strip_possessive(lower) for _, lower in tokens]
     for n in (3, 2):  # multi-word names first: "new york", "south korea"
         for i in range(len(words) - n + 1):
             phrase = " ".join(words[i : i + n])
             if phrase in lexicon.ENTITY_ALIASES or phrase in lexicon.GAZETTEER:
                 found.add(lexicon.ENTITY_ALIASES.get(phrase, phrase))
-    sentence_start = True
-    for original, lower in tokens:
-        lower = _strip_possessive(lower)
+    # Punctuation is not tokenised, so only the first word is known to start a sentence.
+    for i, ((original, _), lower) in enumerate(zip(tokens, words, strict=True)):
         if lower in lexicon.ENTITY_ALIASES:
             found.add(lexicon.ENTITY_ALIASES[lower])
         elif lower in lexicon.GAZETTEER:
             found.add(lower)
-        elif lower in lexicon.NOT_ENTITIES or lower in lexicon.UNITS or _number_value(lower):
+        elif (
+            lower in lexicon.NOT_ENTITIES
+            or lower in lexicon.UNITS
+            or _number_value(lower) is not None
+        ):
             pass
         elif len(original) >= 2 and original.isupper() and original.isalpha():
             found.add(lower)  # acronyms: AWS, NBA
         elif any(c.isdigit() for c in original) and any(c.isalpha() for c in original):
-            if not _NUMERIC.match(lower):
-                found.add(lower)  # python3, ps5, gpt-4
-        elif original[:1].isupper() and not sentence_start:
+            found.add(lower)  # python3, ps5, gpt-4
+        elif original[:1].isupper() and i > 0:
             found.add(lower)  # Paris, Django
         elif any(c.isupper() for c in original[1:]):
             found.add(lower)  # iPhone, macOS, PyTorch
-        sentence_start = original in {".", "?", "!", ":"}
     return found
 
 
@@ -253,13 +250,13 @@ def _stem_map(pairs: list[tuple[str, str]]) -> dict[str, set[str]]:
     return table
 
 
+def _group_pairs(groups: list[set[str]]) -> list[tuple[str, str]]:
+    return [(x, y) for group in groups for x, y in itertools.combinations(sorted(group), 2)]
+
+
 ANTONYMS = _stem_map(lexicon.ANTONYM_PAIRS)
-SYNONYMS = _stem_map(
-    [(x, y) for group in lexicon.SYNONYM_GROUPS for x in group for y in group if x != y]
-)
-CONTRASTS = _stem_map(
-    [(x, y) for group in lexicon.CONTRAST_GROUPS for x in group for y in group if x != y]
-)
+SYNONYMS = _stem_map(_group_pairs(lexicon.SYNONYM_GROUPS))
+CONTRASTS = _stem_map(_group_pairs(lexicon.CONTRAST_GROUPS))
 
 
 @lru_cache(maxsize=8192)
@@ -275,7 +272,7 @@ def features(text: str) -> Features:
         quantified_units=frozenset(quantified),
         content=tuple(stem(w) for w in words if w not in lexicon.STOPWORDS),
         negations=_negations(words),
-        entities=frozenset(_entities(tokens)),
+        entities=frozenset(_entities(tokens, words)),
         roles=_roles(words),
         qtype=_question_type(words),
         noncommutative=bool(lexicon.NONCOMMUTATIVE & set(words)) or "/" in text,
@@ -298,6 +295,15 @@ def _mentions(f: Features, entity: str) -> bool:
     if entity in f.entities:
         return True
     return all(part in f.words or stem(part) in f.stems for part in entity.split())
+
+
+def _exchanged(a: Features, b: Features, related: dict[str, set[str]]) -> tuple[str, str] | None:
+    """A word only in `a` whose related word (antonym, alternative) is only in `b`."""
+    for x in a.stems - b.stems:
+        for y in related.get(x, ()):
+            if y in b.stems and y not in a.stems:
+                return x, y
+    return None
 
 
 def _swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
@@ -383,10 +389,9 @@ class Guard:
 
     @staticmethod
     def _polarity(a: Features, b: Features) -> Verdict | None:
-        for x in a.stems - b.stems:
-            for y in ANTONYMS.get(x, ()):
-                if y in b.stems and y not in a.stems:
-                    return Verdict(False, "polarity", f"{x!r} vs {y!r}")
+        opposed = _exchanged(a, b, ANTONYMS)
+        if opposed is not None:
+            return Verdict(False, "polarity", f"{opposed[0]!r} vs {opposed[1]!r}")
         for verb, particle in a.particles - b.particles:
             opposite = (verb, lexicon.OPPOSITE_PARTICLES[particle])
             if opposite in b.particles and opposite not in a.particles:
@@ -410,10 +415,9 @@ class Guard:
 
     @staticmethod
     def _contrast(a: Features, b: Features) -> Verdict | None:
-        for x in a.stems - b.stems:
-            for y in CONTRASTS.get(x, ()):
-                if y in b.stems and y not in a.stems:
-                    return Verdict(False, "contrast", f"{x!r} vs {y!r}")
+        contrasted = _exchanged(a, b, CONTRASTS)
+        if contrasted is not None:
+            return Verdict(False, "contrast", f"{contrasted[0]!r} vs {contrasted[1]!r}")
         return None
 
     @staticmethod

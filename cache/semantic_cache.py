@@ -82,21 +82,26 @@ class SemanticCache:
         self.thresholds = thresholds or Thresholds()
         self.policy = policy or CachePolicy()
         self.guard = guard if guard is not None else Guard()
-        self.guard_enabled = True
         self.default_ttl = default_ttl
         self.timeout = timeout
-        self.k = candidates
+        self.candidates = candidates
         self.stats = CacheStats()
         self.singleflight: SingleFlight[Any] = SingleFlight(self.guard)
+        self._background: set[asyncio.Task[None]] = set()  # hit counters in flight
 
     def threshold_for(self, scope: CacheScope) -> float:
         return self.thresholds.for_scope(scope.tenant, scope.model)
 
     async def lookup(
-        self, request: CacheRequest, dry_run: bool = False, threshold: float | None = None
+        self,
+        request: CacheRequest,
+        dry_run: bool = False,
+        threshold: float | None = None,
+        candidates: int | None = None,
     ) -> LookupResult:
-        """Exact tier, then semantic tier + guard. A dry run changes no counters and no
-        hit counts, and reports every candidate with its similarity and verdict."""
+        """Exact tier, then semantic tier + guard over the `candidates` nearest entries. A
+        dry run changes no counters and no hit counts, and reports every candidate with its
+        similarity and verdict."""
         decision = self.policy.may_lookup(request)
         if not decision.allowed:
             if not dry_run:
@@ -109,7 +114,10 @@ class SemanticCache:
         if not dry_run:
             self.stats.lookups += 1
         try:
-            result = await asyncio.wait_for(self._lookup(scope, question, threshold), self.timeout)
+            result = await asyncio.wait_for(
+                self._lookup(scope, question, threshold, candidates or self.candidates),
+                self.timeout,
+            )
         except Exception as exc:
             kind = _error_kind(exc)
             if not dry_run:
@@ -120,25 +128,28 @@ class SemanticCache:
             self._count(result)
         return result
 
-    async def _lookup(self, scope: CacheScope, question: str, threshold: float) -> LookupResult:
+    async def _lookup(
+        self, scope: CacheScope, question: str, threshold: float, k: int
+    ) -> LookupResult:
         exact = await self.store.get_exact(scope, question)
         if exact is not None:
             checked = CheckedCandidate(exact, Verdict(True), True)
             return LookupResult("hit", threshold, scope, question, exact, candidates=[checked])
+        # Past the embedder's window two prompts can share every embedded token:
+        # such long prompts use the exact tier only (and are embedded only if stored).
+        if not self.embedder.fits(question):
+            return LookupResult(
+                "miss",
+                threshold,
+                scope,
+                question,
+                reason="prompt longer than the embedder's window: exact tier only",
+            )
         vector = await self.embedder.embed(question)
         result = LookupResult("miss", threshold, scope, question, vector=vector)
-        # Past the embedder's window two prompts can share every embedded token:
-        # such long prompts use the exact tier only.
-        if self.embedder.token_count(question) > self.embedder.max_tokens:
-            result.reason = "prompt longer than the embedder's window: exact tier only"
-            return result
-        for candidate in await self.store.search(scope, vector, self.k):
+        for candidate in await self.store.search(scope, vector, k):
             above = candidate.similarity >= threshold
-            verdict = (
-                self.guard.check(candidate.entry.prompt, question)
-                if self.guard_enabled
-                else Verdict(True)
-            )
+            verdict = self.guard.check(candidate.entry.prompt, question)
             result.candidates.append(CheckedCandidate(candidate, verdict, above))
             if above and verdict.ok and result.hit is None:
                 result.status, result.hit = "hit", candidate
@@ -148,7 +159,7 @@ class SemanticCache:
         if result.best is not None and result.best.candidate.tier == "semantic":
             self.stats.observe_similarity(result.best.candidate.similarity)
         rejected = [c for c in result.candidates if c.above_threshold and not c.verdict.ok]
-        if rejected and (result.hit is None or rejected[0].candidate is not result.hit):
+        if rejected:
             self.stats.guard_rejections += 1
             self.stats.rejections_by_rule[rejected[0].verdict.rule or "?"] += 1
         if result.hit is None:
@@ -158,8 +169,10 @@ class SemanticCache:
             self.stats.hits_exact += 1
         else:
             self.stats.hits_semantic += 1
+        # The event loop keeps only weak references to tasks: hold it until it is done.
         task = asyncio.get_running_loop().create_task(self._record_hit(result.hit.entry.id))
-        task.add_done_callback(lambda _: None)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _record_hit(self, entry_id: str) -> None:
         with contextlib.suppress(Exception):
@@ -178,20 +191,10 @@ class SemanticCache:
         if not decision.allowed:
             self.stats.store_skips += 1
             return None
-        question = self.policy.question(request)
-        assert question is not None
+        metadata = {"finish_reason": outcome.finish_reason, **(metadata or {})}
         try:
-            vec = vector if vector is not None else await self.embedder.embed(question)
             entry = await asyncio.wait_for(
-                self.store.put(
-                    self.policy.scope(request),
-                    question,
-                    outcome.text,
-                    vec,
-                    ttl=ttl if ttl is not None else self.default_ttl,
-                    metadata={"finish_reason": outcome.finish_reason, **(metadata or {})},
-                ),
-                self.timeout,
+                self._put(request, outcome.text, vector, ttl, metadata), self.timeout
             )
         except Exception as exc:
             self.stats.errors[f"store_{_error_kind(exc)}"] += 1
@@ -218,14 +221,29 @@ class SemanticCache:
             tenant=tenant,
             messages=[*(context or []), {"role": "user", "content": question}],
         )
-        vector = await self.embedder.embed(question)
+        return await self._put(
+            request, answer, None, ttl, {"finish_reason": "stop", "seeded": True}
+        )
+
+    async def _put(
+        self,
+        request: CacheRequest,
+        answer: str,
+        vector: np.ndarray | None,
+        ttl: int | None,
+        metadata: dict[str, Any],
+    ) -> CacheEntry:
+        question = self.policy.question(request)
+        assert question is not None
+        if vector is None:
+            vector = await self.embedder.embed(question)
         return await self.store.put(
             self.policy.scope(request),
             question,
             answer,
             vector,
             ttl=ttl if ttl is not None else self.default_ttl,
-            metadata={"finish_reason": "stop", "seeded": True},
+            metadata=metadata,
         )
 
     async def follow_or_lead(
@@ -236,19 +254,15 @@ class SemanticCache:
     ) -> tuple[bool, AsyncIterator[Any]]:
         """On a miss: join an equivalent flight in progress (returns (False, stream)) or
         start one running `produce()` (returns (True, stream))."""
-        if lookup.scope is None or lookup.question is None:
+        scope, question = lookup.scope, lookup.question
+        if scope is None or question is None:
             return True, produce()
-        scope_key = "\x1f".join([lookup.scope.tenant, lookup.scope.model, lookup.scope.context])
-        exact_key = self.store.entry_id(lookup.scope, lookup.question)
-        flight = self.singleflight.find(
-            scope_key, exact_key, lookup.question, lookup.vector, lookup.threshold
-        )
+        exact_key = self.store.entry_id(scope, question)
+        flight = self.singleflight.find(scope, exact_key, question, lookup.vector, lookup.threshold)
         if flight is not None:
             self.stats.coalesced += 1
             return False, flight.subscribe()
-        flight = self.singleflight.start(
-            scope_key, exact_key, lookup.question, lookup.vector, produce
-        )
+        flight = self.singleflight.start(scope, exact_key, question, lookup.vector, produce)
         return True, flight.subscribe()
 
 
@@ -272,28 +286,34 @@ class CacheRuntime:
         self.index_name = index_name
         self.cache_options = cache_options
         self.server: EmbeddedRedis | None = None
+        self.store: CacheStore | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._own_embedder = embedder is None
 
     async def __aenter__(self) -> SemanticCache:
-        url = self.redis_url
-        if url:
-            await asyncio.to_thread(check_redis_url, url)
-        else:
-            if self.data_dir is None:
-                self._tmp = tempfile.TemporaryDirectory(prefix="semgate-redis-")
-                self.data_dir = Path(self._tmp.name)
-            self.server = EmbeddedRedis(self.data_dir, maxmemory=self.maxmemory)
-            url = await asyncio.to_thread(self.server.start)
-        if self.embedder is None:
-            self.embedder = await asyncio.to_thread(Embedder)
-        self.store = CacheStore(url, self.embedder.model_id, self.embedder.dims, self.index_name)
-        await self.store.connect()
-        self.cache = SemanticCache(self.store, self.embedder, **self.cache_options)
-        return self.cache
+        try:
+            url = self.redis_url
+            if url:
+                await asyncio.to_thread(check_redis_url, url)
+            else:
+                if self.data_dir is None:
+                    self._tmp = tempfile.TemporaryDirectory(prefix="semgate-redis-")
+                    self.data_dir = Path(self._tmp.name)
+                self.server = EmbeddedRedis(self.data_dir, maxmemory=self.maxmemory)
+                url = await asyncio.to_thread(self.server.start)
+            if self.embedder is None:
+                self.embedder = await asyncio.to_thread(Embedder)
+            emb = self.embedder
+            self.store = CacheStore(url, emb.model_id, emb.dims, self.index_name)
+            await self.store.connect()
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return SemanticCache(self.store, self.embedder, **self.cache_options)
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.store.close()
+        if self.store is not None:
+            await self.store.close()
         if self._own_embedder and self.embedder is not None:
             self.embedder.close()
         if self.server is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 @dataclass(eq=False)
 class Flight(Generic[T]):
-    scope_key: str
+    scope: Hashable
     exact_key: str
     text: str
     vector: np.ndarray | None
@@ -69,15 +69,20 @@ class Flight(Generic[T]):
 class SingleFlight(Generic[T]):
     def __init__(self, guard: Guard | None = None) -> None:
         self.guard = guard
-        self._flights: dict[str, list[Flight[T]]] = {}
+        self._flights: dict[Hashable, list[Flight[T]]] = {}
 
     def find(
-        self, scope_key: str, exact_key: str, text: str, vector: np.ndarray | None, threshold: float
+        self,
+        scope: Hashable,
+        exact_key: str,
+        text: str,
+        vector: np.ndarray | None,
+        threshold: float,
     ) -> Flight[T] | None:
         """A running flight this request may follow, if any."""
         best: Flight[T] | None = None
         best_similarity = -1.0
-        for flight in self._flights.get(scope_key, []):
+        for flight in self._flights.get(scope, []):
             if flight.exact_key == exact_key:
                 return flight
             if vector is None or flight.vector is None:
@@ -92,7 +97,7 @@ class SingleFlight(Generic[T]):
 
     def start(
         self,
-        scope_key: str,
+        scope: Hashable,
         exact_key: str,
         text: str,
         vector: np.ndarray | None,
@@ -100,8 +105,8 @@ class SingleFlight(Generic[T]):
     ) -> Flight[T]:
         """Starts a flight running `produce` (which should also store the answer, so the
         flight is only unregistered once later requests can hit the cache instead)."""
-        flight: Flight[T] = Flight(scope_key, exact_key, text, vector)
-        self._flights.setdefault(scope_key, []).append(flight)
+        flight: Flight[T] = Flight(scope, exact_key, text, vector)
+        self._flights.setdefault(scope, []).append(flight)
         flight.task = asyncio.get_running_loop().create_task(self._run(flight, produce))
         return flight
 
@@ -119,11 +124,11 @@ class SingleFlight(Generic[T]):
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
             flight.done = True
-            flights = self._flights.get(flight.scope_key, [])
+            flights = self._flights.get(flight.scope, [])
             if flight in flights:
                 flights.remove(flight)
             if not flights:
-                self._flights.pop(flight.scope_key, None)
+                self._flights.pop(flight.scope, None)
             flight._notify()
 
     def in_flight(self) -> int:

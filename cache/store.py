@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -61,10 +61,6 @@ class CacheEntry:
     metadata: dict[str, Any] = field(default_factory=dict)
     ttl: int | None = None  # seconds left; None = never expires (or not read)
 
-    @property
-    def age(self) -> float:
-        return max(0.0, time.time() - self.created)
-
     @classmethod
     def from_fields(cls, entry_id: str, raw: dict[str, Any]) -> CacheEntry:
         def text(name: str) -> str:
@@ -83,6 +79,11 @@ class CacheEntry:
             hits=int(float(text("hits") or 0)),
             metadata=json.loads(text("metadata") or "{}"),
         )
+
+    def to_fields(self) -> dict[str, Any]:
+        """The hash fields `from_fields` reads back (the vector is stored beside them)."""
+        fields = {name: getattr(self, name) for name in FIELDS}
+        return {**fields, "metadata": json.dumps(self.metadata, ensure_ascii=False)}
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class CacheStore:
         index_name: str = "semgate",
         socket_timeout: float = 2.0,
     ) -> None:
+        self.url = redis_url
         self.embedder_id = embedder_id
         self.client = aioredis.Redis.from_url(
             redis_url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
@@ -178,7 +180,7 @@ class CacheStore:
         return await run()
 
     async def get_exact(self, scope: CacheScope, prompt: str) -> Candidate | None:
-        entry = await self.get(self.entry_id(scope, prompt), with_ttl=False)
+        entry = await self.get(self.entry_id(scope, prompt))
         return None if entry is None else Candidate(entry, 1.0, "exact")
 
     async def search(self, scope: CacheScope, vector: np.ndarray, k: int = 3) -> list[Candidate]:
@@ -223,21 +225,10 @@ class CacheStore:
             metadata=metadata or {},
             ttl=ttl,
         )
-        mapping = {
-            "prompt": entry.prompt,
-            "response": entry.response,
-            "tenant": entry.tenant,
-            "model": entry.model,
-            "context": entry.context,
-            "embedder": entry.embedder,
-            "created": entry.created,
-            "hits": 0,
-            "metadata": json.dumps(entry.metadata, ensure_ascii=False),
-            "vector": np.asarray(vector, dtype=np.float32).tobytes(),
-        }
+        mapping = {**entry.to_fields(), "vector": np.asarray(vector, dtype=np.float32).tobytes()}
         key = self.key(entry.id)
         async with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
+            pipe.delete(key)  # a replaced entry keeps neither its old TTL nor its hit count
             pipe.hset(key, mapping=mapping)
             if ttl is not None:
                 pipe.expire(key, ttl)
@@ -247,11 +238,9 @@ class CacheStore:
     async def record_hit(self, entry_id: str) -> None:
         await self._record_hit(keys=[self.key(entry_id)])
 
-    async def get(self, entry_id: str, with_ttl: bool = True) -> CacheEntry | None:
+    async def get(self, entry_id: str) -> CacheEntry | None:
+        """One round trip: the hash and its TTL, pipelined."""
         key = self.key(entry_id)
-        if not with_ttl:
-            raw = await self.client.hgetall(key)
-            return CacheEntry.from_fields(entry_id, _decoded(raw)) if raw.get(b"prompt") else None
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.hgetall(key)
             pipe.ttl(key)
@@ -319,16 +308,10 @@ class CacheStore:
         result = await self._indexed(lambda: self.index.drop_by_filter(expr))
         return int(result.processed)
 
-    async def count(self) -> int:
-        info = await self._indexed(self.index.info)
-        return int(info.get("num_docs", 0))
-
 
 def _decoded(raw: dict[bytes, bytes]) -> dict[str, Any]:
     return {k.decode(): v for k, v in raw.items() if k != b"vector"}
 
 
 def _with_ttl(entry: CacheEntry, ttl: int) -> CacheEntry:
-    from dataclasses import replace
-
     return replace(entry, ttl=None if ttl is None or ttl < 0 else int(ttl))

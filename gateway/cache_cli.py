@@ -15,15 +15,6 @@ if TYPE_CHECKING:
     from cache import CalibrationReport
 
 
-def _runtime_options(args: argparse.Namespace) -> dict[str, object]:
-    from cache import Thresholds
-
-    options: dict[str, object] = {"redis_url": os.environ.get("REDIS_URL") or None}
-    if args.threshold is not None:
-        options["thresholds"] = Thresholds(default=args.threshold)
-    return options
-
-
 def cmd_cache_calibrate(args: argparse.Namespace) -> int:
     from cache import CacheRuntime, calibrate, load_pairs
 
@@ -31,8 +22,10 @@ def cmd_cache_calibrate(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
 
     async def run() -> CalibrationReport:
-        async with CacheRuntime(**_runtime_options(args)) as cache:
-            return await calibrate(cache, pairs, target_precision=args.target_precision)
+        async with CacheRuntime(redis_url=os.environ.get("REDIS_URL") or None) as cache:
+            return await calibrate(
+                cache, pairs, threshold=args.threshold, target_precision=args.target_precision
+            )
 
     with console.status(f"calibrating on {len(pairs)} pairs ..."):
         report = asyncio.run(run())

@@ -73,10 +73,9 @@ def tenant() -> str:
 
 
 def ask(question: str, tenant: str, model: str = "m", **kw: Any) -> CacheRequest:
+    """A one-turn greedy request (override any CacheRequest field through kw)."""
+    kw.setdefault("temperature", 0.0)
+    before = kw.pop("before", [])
     return CacheRequest(
-        model=model,
-        tenant=tenant,
-        temperature=0.0,
-        messages=[*kw.pop("before", []), {"role": "user", "content": question}],
-        **kw,
+        model=model, tenant=tenant, messages=[*before, {"role": "user", "content": question}], **kw
     )

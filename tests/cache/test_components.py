@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import redis
 
 from cache import CachePolicy, CompletionOutcome, EmbeddedRedis, Embedder, Thresholds
 from cache import redis_server as redis_server_module
@@ -21,9 +24,7 @@ def test_policy_bypasses_and_store_rules():
     assert "n > 1" in policy.may_lookup(ask("hi there", "t", n=2)).reason
     assert not policy.may_lookup(ask("hi there", "t", logprobs=True)).allowed
     assert not policy.may_lookup(ask("hi there", "t", tools=True)).allowed
-    hot = ask("hi there", "t")
-    object.__setattr__(hot, "temperature", 0.9)
-    assert "temperature" in policy.may_lookup(hot).reason
+    assert "temperature" in policy.may_lookup(ask("hi there", "t", temperature=0.9)).reason
     req = ask("hi there", "t")
     assert policy.may_store(req, CompletionOutcome("hello", "stop")).allowed
     for outcome in [
@@ -95,31 +96,16 @@ def test_one_server_per_data_dir(redis_server: EmbeddedRedis):
 
 
 def test_redis_url_without_search_module_is_refused(tmp_path: Path):
-    """A plain Redis (the same binary without modules) is not enough for the cache."""
-    base = redis_server_module.redis_stack_dir()
-    server = EmbeddedRedis(tmp_path)
-    server.port = redis_server_module._free_port()
-    import subprocess
-
+    """A plain Redis (the same binary, no modules loaded) is not enough for the cache."""
+    port = redis_server_module._free_port()
     proc = subprocess.Popen(
-        [
-            str(base / "bin" / "redis-server"),
-            "--port",
-            str(server.port),
-            "--save",
-            "",
-            "--dir",
-            str(tmp_path),
-        ],
+        [str(redis_server_module.redis_stack_dir() / "bin" / "redis-server"),
+         "--port", str(port), "--save", "", "--dir", str(tmp_path)],
         env={"LD_LIBRARY_PATH": str(redis_server_module.LIBSSL_DIR)},
         stdout=subprocess.DEVNULL,
-    )
+    )  # fmt: skip
     try:
-        import time
-
-        import redis
-
-        client = redis.Redis(port=server.port)
+        client = redis.Redis(port=port)
         for _ in range(100):
             try:
                 client.ping()
@@ -127,7 +113,7 @@ def test_redis_url_without_search_module_is_refused(tmp_path: Path):
             except redis.ConnectionError:
                 time.sleep(0.05)
         with pytest.raises(redis_server_module.RedisUnavailableError, match="search module"):
-            redis_server_module.check_redis_url(server.url)
+            redis_server_module.check_redis_url(f"redis://127.0.0.1:{port}/0")
     finally:
         proc.terminate()
         proc.wait()

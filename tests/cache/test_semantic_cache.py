@@ -189,3 +189,14 @@ def test_unfinished_answers_are_not_stored(cache: SemanticCache, tenant: str, ru
     assert run(cache.store_answer(request, CompletionOutcome("The sea", finish))) is None
     assert run(cache.lookup(request)).status == "miss"
     assert cache.stats.store_skips == 1
+
+
+def test_prompts_past_the_embedder_window_use_the_exact_tier_only(
+    cache: SemanticCache, tenant: str, run: Run
+):
+    long_q = "Summarise this log: " + "error at line 7 in the parser; " * 120
+    assert not cache.embedder.fits(long_q) and cache.embedder.fits("short question?")
+    miss = run(cache.lookup(ask(long_q, tenant)))
+    assert miss.status == "miss" and miss.vector is None and "exact tier" in (miss.reason or "")
+    run(cache.store_answer(ask(long_q, tenant), DONE))
+    assert run(cache.lookup(ask(long_q, tenant))).hit.tier == "exact"
