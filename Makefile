@@ -4,13 +4,17 @@ BOOT := $(VENV)/.bootstrap-stamp
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test bench lint
+.PHONY: run chat test bench lint
 
 $(BOOT): pyproject.toml scripts/bootstrap
 	scripts/bootstrap
 
-# `make run` opens a chat REPL; `make run PROMPT="..."` answers one prompt.
+# `make run` serves the gateway on http://127.0.0.1:8000 (embedded Redis Stack, bundled
+# model and embedder); `make chat` talks to the model in the terminal.
 run: $(BOOT)
+	$(VENV)/bin/semgate serve
+
+chat: $(BOOT)
 	$(VENV)/bin/semgate chat $(if $(PROMPT),"$(PROMPT)")
 
 test: $(BOOT)
@@ -19,6 +23,7 @@ test: $(BOOT)
 bench: $(BOOT)
 	$(VENV)/bin/semgate bench engine
 	$(VENV)/bin/semgate bench cache
+	$(VENV)/bin/semgate bench gateway
 
 lint: $(BOOT)
 	$(VENV)/bin/ruff check .

@@ -115,6 +115,10 @@ class EmbeddedRedis:
             self.maxmemory,
             "--maxmemory-policy",
             "allkeys-lru",
+            # SIGTERM (stop(), or the parent's death) still saves, but exits even when the
+            # save fails (a data dir already deleted): never an orphaned server.
+            "--shutdown-on-sigterm",
+            "force",
         ]
 
     def _lock_data_dir(self) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -251,18 +251,23 @@ class SemanticCache:
         request: CacheRequest,
         lookup: LookupResult,
         produce: Any,
+        variant: Hashable = None,
     ) -> tuple[bool, AsyncIterator[Any]]:
         """On a miss: join an equivalent flight in progress (returns (False, stream)) or
-        start one running `produce()` (returns (True, stream))."""
+        start one running `produce()` (returns (True, stream)). Only flights of the same
+        `variant` are joined: callers put there what shapes the answer beyond the question
+        (a length limit, stop sequences), so no one follows an answer cut shorter than
+        their own would be."""
         scope, question = lookup.scope, lookup.question
         if scope is None or question is None:
             return True, produce()
+        key = (scope, variant)
         exact_key = self.store.entry_id(scope, question)
-        flight = self.singleflight.find(scope, exact_key, question, lookup.vector, lookup.threshold)
+        flight = self.singleflight.find(key, exact_key, question, lookup.vector, lookup.threshold)
         if flight is not None:
             self.stats.coalesced += 1
             return False, flight.subscribe()
-        flight = self.singleflight.start(scope, exact_key, question, lookup.vector, produce)
+        flight = self.singleflight.start(key, exact_key, question, lookup.vector, produce)
         return True, flight.subscribe()
 
 

@@ -1,4 +1,4 @@
-"""The `semgate` command line: chat with the bundled model, run benchmarks."""
+"""The `semgate` command line: serve the gateway, chat with the bundled model, run benchmarks."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gateway.cache_cli import add_cache_commands
+from gateway.serve_cli import add_serve_command
 
 console = Console(stderr=True)
 
@@ -92,6 +93,13 @@ def cmd_bench_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_gateway(args: argparse.Namespace) -> int:
+    from gateway.gateway_bench import run_gateway_bench
+
+    run_gateway_bench(quick=args.quick, out_path=args.out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semgate", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log engine details")
@@ -118,7 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     cache_bench.add_argument("--quick", action="store_true", help="a short smoke run")
     cache_bench.add_argument("--out", type=Path, default=Path("bench-results/cache.json"))
     cache_bench.set_defaults(func=cmd_bench_cache)
+    gateway_bench = bench_sub.add_parser(
+        "gateway", help="cache-hit latency and miss overhead over HTTP, against in-process"
+    )
+    gateway_bench.add_argument("--quick", action="store_true", help="a one-minute smoke run")
+    gateway_bench.add_argument("--out", type=Path, default=Path("bench-results/gateway.json"))
+    gateway_bench.set_defaults(func=cmd_bench_gateway)
     add_cache_commands(sub)
+    add_serve_command(sub)
     return parser
 
 

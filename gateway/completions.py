@@ -1,0 +1,313 @@
+"""The request path behind POST /v1/chat/completions, free of HTTP framing:
+validate -> cache policy -> lookup (exact, semantic, guard) -> hit: replay |
+miss: single-flight -> upstream stream, teed -> store when complete.
+
+Every answer, hit or miss, is an async stream of `Delta`s ending with one delta that
+carries finish_reason and usage; the route renders it as JSON or SSE.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from cache import CacheRequest, CompletionOutcome, LookupResult, SemanticCache
+from cache.store import Candidate
+from gateway.errors import APIError
+from gateway.metrics import GatewayMetrics
+from gateway.schemas import ChatCompletionRequest, ChatMessage
+from gateway.upstream import ChatJob, Delta, Upstream
+
+MAX_STOP = 4
+MAX_SEED = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class CacheDirectives:
+    """What the request's Cache-Control allows: `no-cache` skips the lookup (the answer
+    is still stored), `no-store` skips both, `max-age=N` is the stored entry's TTL."""
+
+    lookup: bool = True
+    store: bool = True
+    ttl: int | None = None
+
+    @classmethod
+    def parse(cls, header: str | None) -> CacheDirectives:
+        lookup, store, ttl = True, True, None
+        for part in filter(None, (p.strip().lower() for p in (header or "").split(","))):
+            name, _, value = part.partition("=")
+            if name == "no-cache":
+                lookup = False
+            elif name == "no-store":
+                lookup = store = False
+            elif name == "max-age":
+                if not value.strip().isdigit():
+                    raise APIError(400, f"Cache-Control max-age must be seconds, got {value!r}")
+                ttl = int(value)
+                store = store and ttl > 0  # max-age=0: nothing worth keeping
+        return cls(lookup, store, ttl)
+
+
+@dataclass
+class Answer:
+    """An answer ready to render. `deltas` already holds the first delta for misses, so
+    refusals (context length, queue full) surface before any response is sent."""
+
+    id: str
+    model: str
+    created: int
+    cache_status: str  # "hit" | "miss" | "bypass"
+    deltas: AsyncIterator[Delta]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _text(message: ChatMessage) -> str:
+    content = message.content
+    if content is None:
+        if message.role == "assistant":
+            return ""
+        raise APIError(400, f"a {message.role} message needs content", param="messages")
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        if part.type != "text" or part.text is None:
+            raise APIError(
+                400,
+                f"only text content parts are supported, got {part.type!r}",
+                param="messages",
+            )
+        texts.append(part.text)
+    return "\n".join(texts)
+
+
+def flatten_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    """OpenAI messages -> the engine's {"role", "content"} strings (developer -> system)."""
+    if not messages:
+        raise APIError(400, "messages must not be empty", param="messages")
+    out = []
+    for message in messages:
+        if message.role == "tool":
+            raise APIError(400, "tool messages are not supported", param="messages")
+        role = "system" if message.role == "developer" else message.role
+        out.append({"role": role, "content": _text(message)})
+    return out
+
+
+def _refuse_unsupported(r: ChatCompletionRequest) -> None:
+    """Values the engine cannot honour get a 400 rather than being silently ignored."""
+    if r.n not in (None, 1):
+        raise APIError(400, "only n=1 is supported", param="n")
+    if r.logprobs or r.top_logprobs:
+        raise APIError(400, "logprobs are not supported", param="logprobs")
+    if r.tools or r.tool_choice not in (None, "none"):
+        raise APIError(400, "tools are not supported by this gateway", param="tools")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(r, name):
+            raise APIError(400, f"{name} is not supported (only 0)", param=name)
+    if r.logit_bias:
+        raise APIError(400, "logit_bias is not supported", param="logit_bias")
+    if r.response_format and r.response_format.get("type", "text") != "text":
+        raise APIError(
+            400, "only response_format type 'text' is supported", param="response_format"
+        )
+
+
+def _stop(stop: str | list[str] | None) -> list[str]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > MAX_STOP:
+        raise APIError(400, f"at most {MAX_STOP} stop sequences", param="stop")
+    if any(not s for s in stops):
+        raise APIError(400, "stop sequences must be non-empty", param="stop")
+    return stops
+
+
+def to_job(request: ChatCompletionRequest, request_id: str, models: list[str]) -> ChatJob:
+    if not models:
+        raise APIError(503, "no model is ready yet", "service_unavailable")
+    if request.model not in models:
+        raise APIError(
+            404,
+            f"The model {request.model!r} does not exist; available: {', '.join(models)}",
+            param="model",
+            code="model_not_found",
+        )
+    _refuse_unsupported(request)
+    temperature = 1.0 if request.temperature is None else request.temperature
+    if not 0.0 <= temperature <= 2.0:
+        raise APIError(
+            400, f"temperature must be in [0, 2], got {temperature}", param="temperature"
+        )
+    top_p = 1.0 if request.top_p is None else request.top_p
+    if not 0.0 < top_p <= 1.0:
+        raise APIError(400, f"top_p must be in (0, 1], got {top_p}", param="top_p")
+    max_tokens = request.max_completion_tokens or request.max_tokens
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = getattr(request, name)
+        if value is not None and value < 1:
+            raise APIError(400, f"{name} must be at least 1, got {value}", param=name)
+    if request.seed is not None and not 0 <= request.seed <= MAX_SEED:
+        raise APIError(400, f"seed must be in [0, 2**63 - 1], got {request.seed}", param="seed")
+    return ChatJob(
+        request_id=request_id,
+        model=request.model,
+        messages=flatten_messages(request.messages),
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        stop=_stop(request.stop),
+        seed=request.seed,
+        ignore_eos=request.ignore_eos,
+    )
+
+
+class ChatService:
+    def __init__(
+        self, upstream: Upstream, cache: SemanticCache | None, metrics: GatewayMetrics
+    ) -> None:
+        self.upstream = upstream
+        self.cache = cache
+        self.metrics = metrics
+
+    async def answer(
+        self, request: ChatCompletionRequest, tenant: str, directives: CacheDirectives
+    ) -> Answer:
+        started = time.perf_counter()
+        answer_id = f"chatcmpl-{uuid.uuid4().hex}"
+        job = to_job(request, answer_id, self.upstream.models())
+        cache_request = CacheRequest(
+            model=job.model,
+            messages=job.messages,
+            tenant=tenant,
+            temperature=job.temperature,
+        )
+        lookup: LookupResult | None = None
+        if self.cache is not None and directives.lookup:
+            lookup = await self.cache.lookup(cache_request)
+            if lookup.hit is not None and self._servable(lookup.hit, job):
+                return self._replay(answer_id, job, lookup.hit, started)
+        store = self.cache is not None and directives.store
+        # "miss" means the cache was asked (a failed lookup is a miss: fail open).
+        status = "miss" if lookup is not None and lookup.status != "bypass" else "bypass"
+        headers = {}
+
+        def produce() -> AsyncIterator[Delta]:
+            return self._produce(job, cache_request, lookup, store, directives.ttl)
+
+        if status == "miss" and self.cache is not None:
+            variant = (job.max_tokens, tuple(job.stop), job.ignore_eos)
+            leader, deltas = await self.cache.follow_or_lead(
+                cache_request, lookup, produce, variant
+            )
+            if not leader:
+                headers["X-Cache-Coalesced"] = "true"
+        else:
+            deltas = produce()
+        first = await _first(deltas)  # raises the upstream's refusal as an APIError
+        timed = self._timed(_chain(first, deltas), status, started)
+        return Answer(answer_id, job.model, int(time.time()), status, timed, headers)
+
+    @staticmethod
+    def _servable(hit: Candidate, job: ChatJob) -> bool:
+        """A cached answer must fit what this request allows: within its max_tokens and
+        free of its stop sequences (otherwise the engine answers it afresh)."""
+        tokens = hit.entry.metadata.get("completion_tokens")
+        if job.max_tokens is not None and isinstance(tokens, int) and tokens > job.max_tokens:
+            return False
+        return not any(s in hit.entry.response for s in job.stop)
+
+    def _replay(self, answer_id: str, job: ChatJob, hit: Candidate, started: float) -> Answer:
+        entry = hit.entry
+        headers = {
+            "X-Cache-Similarity": f"{hit.similarity:.4f}",
+            "X-Cache-Entry": entry.id,
+            "Age": str(max(0, int(time.time() - entry.created))),
+        }
+
+        async def deltas() -> AsyncIterator[Delta]:
+            yield Delta(entry.response)
+            yield Delta(
+                finish_reason="stop",
+                prompt_tokens=int(entry.metadata.get("prompt_tokens", 0)),
+                completion_tokens=int(entry.metadata.get("completion_tokens", 0)),
+            )
+
+        timed = self._timed(deltas(), "hit", started)
+        return Answer(answer_id, job.model, int(time.time()), "hit", timed, headers)
+
+    async def _produce(
+        self,
+        job: ChatJob,
+        cache_request: CacheRequest,
+        lookup: LookupResult | None,
+        store: bool,
+        ttl: int | None,
+    ) -> AsyncIterator[Delta]:
+        """The upstream's answer, teed: once the last delta has been handed on, the answer
+        is stored (about a millisecond, before the stream ends). Runs inside the
+        single-flight task when there is one, so a flight ends only once its answer is in
+        the cache, and requests arriving after it hit instead of starting another."""
+        parts: list[str] = []
+        final: Delta | None = None
+        async for delta in self.upstream.stream(job):
+            parts.append(delta.text)
+            if delta.finish_reason is not None:
+                final = delta
+            yield delta
+        if final is None:
+            return
+        self.metrics.prompt_tokens.inc(final.prompt_tokens or 0)
+        self.metrics.generation_tokens.inc(final.completion_tokens or 0)
+        if store and self.cache is not None:
+            outcome = CompletionOutcome("".join(parts), final.finish_reason)
+            usage = {
+                "prompt_tokens": final.prompt_tokens,
+                "completion_tokens": final.completion_tokens,
+            }
+            vector = lookup.vector if lookup is not None else None
+            await self.cache.store_answer(cache_request, outcome, vector, ttl, usage)
+
+    async def _timed(
+        self, deltas: AsyncIterator[Delta], status: str, started: float
+    ) -> AsyncIterator[Delta]:
+        """Observes TTFT, ITL and e2e for /metrics while passing the deltas on; closing it
+        closes the source (which aborts the upstream request or leaves the flight)."""
+        last: float | None = None
+        finish = "abort"
+        try:
+            async for delta in deltas:
+                now = time.perf_counter()
+                if delta.text:
+                    if last is None:
+                        self.metrics.ttft.labels(status).observe(now - started)
+                    else:
+                        self.metrics.itl.labels(status).observe(now - last)
+                    last = now
+                if delta.finish_reason is not None:
+                    finish = delta.finish_reason
+                yield delta
+            self.metrics.e2e.labels(status).observe(time.perf_counter() - started)
+        finally:
+            self.metrics.requests.labels(status, finish).inc()
+            await deltas.aclose()  # type: ignore[attr-defined]
+
+
+async def _first(deltas: AsyncIterator[Delta]) -> Delta:
+    try:
+        return await anext(deltas)
+    except StopAsyncIteration:
+        raise APIError(502, "the upstream ended without an answer", "upstream_error") from None
+    except BaseException:
+        await deltas.aclose()  # type: ignore[attr-defined]
+        raise
+
+
+async def _chain(first: Delta, rest: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+    try:
+        yield first
+        async for delta in rest:
+            yield delta
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]

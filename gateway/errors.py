@@ -1,0 +1,119 @@
+"""Every error leaves the gateway in the OpenAI shape:
+`{"error": {"message", "type", "param", "code"}}` with the matching HTTP status."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import ClientException, HTTPException, ValidationException
+
+from gateway.schemas import ErrorBody, ErrorResponse
+
+log = logging.getLogger("semgate.gateway")
+
+# HTTP status -> OpenAI error type, for errors raised by Litestar itself.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable",
+}
+ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+class APIError(Exception):
+    """A request the gateway refuses or cannot serve, reported in the OpenAI shape."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+        self.retry_after = retry_after
+
+    def body(self) -> ErrorResponse:
+        return ErrorResponse(ErrorBody(self.message, self.type, self.param, self.code))
+
+    def event(self) -> bytes:
+        """The error as a JSON payload for an SSE `data:` line (mid-stream failures)."""
+        return msgspec.json.encode(self.body())
+
+
+def error_response(exc: APIError) -> Response[ErrorResponse]:
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
+    return Response(exc.body(), status_code=exc.status, headers=headers)
+
+
+def handle_api_error(_: Request, exc: APIError) -> Response[ErrorResponse]:
+    return error_response(exc)
+
+
+def _validation_error(exc: ValidationException) -> APIError:
+    """Litestar's body validation: wrong types and missing fields are 422 naming the
+    field; a missing body is 400."""
+    problems = exc.extra if isinstance(exc.extra, list) else []
+    first = problems[0] if problems and isinstance(problems[0], dict) else {}
+    key = str(first.get("key", ""))
+    if key == "data" and first.get("message") == "'data'":
+        return APIError(400, "the request needs a JSON body", code="missing_body")
+    detail = "; ".join(
+        f"{p.get('message')} at '{p.get('key')}'" for p in problems if isinstance(p, dict)
+    )
+    return APIError(422, f"invalid request: {detail or exc.detail}", param=key or None)
+
+
+def handle_http_exception(_: Request, exc: HTTPException) -> Response[ErrorResponse]:
+    status = exc.status_code
+    if status >= 500:
+        log.error("server error: %r", exc, exc_info=exc)
+    if isinstance(exc, ValidationException):
+        return error_response(_validation_error(exc))
+    message = exc.detail
+    if type(exc) is ClientException and status == 400:  # the body is not valid JSON
+        message = f"could not parse the JSON body: {exc.detail}"
+    elif status == 429:
+        message = "rate limit exceeded for this API key"
+    elif status == 413:
+        message = "request body is too large"
+    api_error = APIError(
+        status,
+        message,
+        ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error"),
+        ERROR_CODES.get(status, "rate_limit_exceeded" if status == 429 else None),
+    )
+    response = error_response(api_error)
+    headers = exc.headers or {}
+    for name, value in headers.items():
+        response.headers[name] = value
+    if status == 429 and "RateLimit-Reset" in headers:
+        response.headers["Retry-After"] = headers["RateLimit-Reset"]
+    return response
+
+
+def handle_internal_error(_: Request, exc: Exception) -> Response[ErrorResponse]:
+    log.exception("internal error", exc_info=exc)
+    return error_response(APIError(500, "internal server error", "server_error"))
+
+
+EXCEPTION_HANDLERS = {
+    APIError: handle_api_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_internal_error,
+}

@@ -1,0 +1,568 @@
+"""`semgate bench gateway`: the gateway end to end over HTTP, against the engine in-process.
+
+One run starts a real `semgate serve` (one engine thread, an embedded Redis in a
+temporary directory, a fixed admin key) and measures, over one keep-alive
+connection with sequential requests:
+
+1. Cache hits. ShareGPT first user turns (like `semgate bench cache`) are seeded
+   through the admin API, then asked again as non-streaming greedy chat requests:
+   verbatim or with case and trailing punctuation changed (the exact tier), and
+   lightly reworded (a polite prefix or suffix: the semantic tier, which embeds
+   the question). Rounds alternate the tiers; a sample counts only when the
+   response says `X-Cache-Status: Hit` (and, for the exact tier, similarity 1).
+2. The gateway's overhead on a miss. An `AsyncLLM` in this process, configured
+   like the server's engine, answers the same messages as the server, request by
+   request and strictly one at a time (the two engines share 2 cores), 16 greedy
+   tokens each. Every prompt is unique so the cache never hits. The HTTP side is
+   either a true miss (lookup, generate, store) or `Cache-Control: no-store` (no
+   lookup, no store: HTTP and gateway only). The overhead is the median of the
+   paired differences, HTTP minus in-process. A second, identical in-process engine
+   answers each prompt too, as a control: its paired difference from the first shows
+   how far two equal engines drift apart on this machine, i.e. what the overhead
+   figure can resolve. Each step runs the three in one of the six orders, in turn.
+   Two low-noise parts of the overhead are reported beside it: HTTP framing (client
+   time minus the server's own e2e latency, read from /metrics around each request)
+   and the lookup a miss pays before the engine starts (semantic hit minus exact hit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from engine.config import DEFAULT_MODEL
+
+console = Console(stderr=True)
+
+DEFAULT_OUT = Path("bench-results/gateway.json")
+ADMIN_KEY = "gateway-bench-admin"
+MAX_CHARS = 160  # short chat questions, as in `semgate bench cache`
+MAX_ANSWER_CHARS = 1000
+MAX_TOKENS = 16
+READY_TIMEOUT_S = 120.0
+HIT_P50_GOAL_MS = 15.0
+OVERHEAD_P50_GOAL_MS = 5.0
+# Light rewordings that leave the exact tier's key unchanged (it case-folds and drops
+# trailing punctuation), and ones that do not (so the semantic tier answers).
+SEMANTIC_VARIANTS = ("Please, {q}", "{q} Thanks!")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    entries: int  # seeded questions
+    rounds: int  # alternating exact / semantic rounds
+    hits_per_round: int  # requests per tier per round
+    miss_steps: int  # (in-process, HTTP, twin) steps, half true misses, half no-store
+    warmup: int
+
+
+QUICK = Sizes(entries=100, rounds=2, hits_per_round=50, miss_steps=12, warmup=2)
+FULL = Sizes(entries=400, rounds=4, hits_per_round=100, miss_steps=60, warmup=5)
+
+
+# Data
+
+
+def _exchanges(n: int) -> list[tuple[str, str]]:
+    """The first `n` ShareGPT (first user turn, its answer) pairs with a short question,
+    distinct once case-folded (the exact tier would merge the others)."""
+    from engine.bench.sharegpt import iter_conversations
+
+    seen: dict[str, tuple[str, str]] = {}
+    for turns in iter_conversations():
+        if len(turns) < 2 or turns[0].get("from") != "human" or turns[1].get("from") != "gpt":
+            continue
+        question = (turns[0].get("value") or "").strip()
+        answer = (turns[1].get("value") or "").strip()[:MAX_ANSWER_CHARS]
+        key = " ".join(question.casefold().split()).rstrip(" ?!.")
+        if 20 <= len(question) <= MAX_CHARS and answer and key not in seen:
+            seen[key] = (question, answer)
+            if len(seen) == n:
+                break
+    if len(seen) < n:
+        raise ValueError(f"ShareGPT has only {len(seen)} short first turns, {n} needed")
+    return list(seen.values())
+
+
+def _exact_variant(question: str, i: int) -> str:
+    """Every other one verbatim; else lower case with the trailing punctuation swapped."""
+    if i % 2 == 0:
+        return question
+    return question.lower().rstrip(" ?!.") + ("?" if question.rstrip().endswith(".") else ".")
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _summary(values_s: list[float]) -> dict[str, float | int | None]:
+    if not values_s:
+        return {"n": 0, "p50_ms": None, "p90_ms": None, "p99_ms": None}
+    ms = [1e3 * v for v in values_s]
+    return {
+        "n": len(ms),
+        "p50_ms": statistics.median(ms),
+        "p90_ms": _pct(ms, 0.90),
+        "p99_ms": _pct(ms, 0.99),
+    }
+
+
+# The server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _server(workdir: Path, num_threads: int) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`semgate serve` in its own process group; yields its base URL once started (not
+    yet ready). Stopped gracefully, then killed with its group, whatever happens."""
+    port = _free_port()
+    log_path = workdir / "server.log"
+    cmd = [
+        sys.executable, "-m", "gateway.cli", "serve",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--redis-data-dir", str(workdir / "redis"),
+        "--admin-key", ADMIN_KEY,
+        "--num-threads", str(num_threads),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=15)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # anything it left behind (its Redis)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+def _wait_ready(client: httpx.Client, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the server exited with {proc.returncode}:\n{tail}")
+        with contextlib.suppress(httpx.HTTPError):
+            if client.get("/ready", timeout=2).status_code == 200:
+                return
+        time.sleep(0.25)
+    tail = log_path.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"the server was not ready within {READY_TIMEOUT_S:.0f} s:\n{tail}")
+
+
+# Requests
+
+
+def _chat_body(messages: list[dict[str, str]], max_tokens: int | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": DEFAULT_MODEL, "messages": messages, "temperature": 0}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
+
+
+def _post_chat(
+    client: httpx.Client, body: dict[str, Any], cache_control: str | None = None
+) -> tuple[float, httpx.Response, dict[str, Any]]:
+    """Seconds from sending to the parsed JSON answer, the response, and that JSON."""
+    headers = {"Cache-Control": cache_control} if cache_control else None
+    t = time.perf_counter()
+    resp = client.post("/v1/chat/completions", json=body, headers=headers)
+    data = resp.json()
+    elapsed = time.perf_counter() - t
+    if resp.status_code != 200:
+        raise RuntimeError(f"chat request failed: HTTP {resp.status_code}: {data}")
+    return elapsed, resp, data
+
+
+def _seed(client: httpx.Client, exchanges: list[tuple[str, str]], progress: Progress) -> None:
+    task = progress.add_task("seeding the cache (admin API)", total=len(exchanges))
+    auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    for question, answer in exchanges:
+        body = {"question": question, "answer": answer, "model": DEFAULT_MODEL}
+        resp = client.post("/admin/cache/entries", json=body, headers=auth)
+        if resp.status_code != 201:
+            raise RuntimeError(f"seeding failed: HTTP {resp.status_code}: {resp.text}")
+        progress.advance(task)
+
+
+def _hit_sample(client: httpx.Client, text: str, tier: str) -> float | None:
+    """Seconds for one request expected to hit in `tier`, or None when it did not."""
+    elapsed, resp, _ = _post_chat(client, _chat_body([{"role": "user", "content": text}]))
+    if resp.headers.get("x-cache-status") != "Hit":
+        return None
+    exact = resp.headers.get("x-cache-similarity") == "1.0000"
+    return elapsed if exact == (tier == "exact") else None
+
+
+def _bench_hits(
+    client: httpx.Client, questions: list[str], sizes: Sizes, progress: Progress
+) -> dict[str, Any]:
+    n = sizes.hits_per_round
+    task = progress.add_task("cache hits (exact / semantic)", total=2 * n * sizes.rounds)
+    for i, q in enumerate(questions[: sizes.warmup]):
+        _hit_sample(client, _exact_variant(q, i), "exact")
+        _hit_sample(client, SEMANTIC_VARIANTS[i % 2].format(q=q), "semantic")
+    times: dict[str, list[float]] = {"exact": [], "semantic": []}
+    not_hit = {"exact": 0, "semantic": 0}
+    k = 0  # cycles through the seeded questions
+    for r in range(sizes.rounds):
+        # Alternate which tier goes first from round to round.
+        for tier in ("exact", "semantic") if r % 2 == 0 else ("semantic", "exact"):
+            for _ in range(n):
+                q = questions[k % len(questions)]
+                if tier == "exact":
+                    text = _exact_variant(q, k)
+                else:
+                    text = SEMANTIC_VARIANTS[k % len(SEMANTIC_VARIANTS)].format(q=q)
+                k += 1
+                elapsed = _hit_sample(client, text, tier)
+                if elapsed is None:
+                    not_hit[tier] += 1
+                else:
+                    times[tier].append(elapsed)
+                progress.advance(task)
+    return {tier: {**_summary(times[tier]), "not_hit": not_hit[tier]} for tier in times}
+
+
+# Misses: in-process against HTTP
+
+
+def _median_ci(values: list[float]) -> tuple[float, float] | None:
+    """A distribution-free 95% confidence interval for the median (order statistics)."""
+    n = len(values)
+    if n < 6:
+        return None
+    ordered = sorted(values)
+    half = 0.98 * n**0.5  # 1.96 * sqrt(n) / 2
+    lo, hi = max(0, int(n / 2 - half)), min(n - 1, int(n / 2 + half))
+    return ordered[lo], ordered[hi]
+
+
+def _paired(diffs_s: list[float]) -> dict[str, Any]:
+    ci = _median_ci([1e3 * d for d in diffs_s])
+    return {**_summary(diffs_s), "p50_ci95_ms": list(ci) if ci else None}
+
+
+def _server_e2e_sum(client: httpx.Client, cache_status: str) -> float:
+    """The server's summed request latency (seconds) for one cache status, from /metrics:
+    measured from the request path's start to its last delta."""
+    name = f'semgate_e2e_request_latency_seconds_sum{{cache_status="{cache_status}"}}'
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def _in_process(llm: Any, messages: list[dict[str, str]], params: Any) -> tuple[float, int]:
+    t = time.perf_counter()
+    tokens = 0
+    async for out in llm.chat(messages, params):
+        tokens = len(out.token_ids)
+    return time.perf_counter() - t, tokens
+
+
+def _bench_misses(
+    client: httpx.Client,
+    engines: tuple[Any, Any],
+    runner: asyncio.Runner,
+    questions: list[str],
+    sizes: Sizes,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Each step runs one unique prompt three times, strictly one after the other: on
+    in-process engine A, on the server (a true miss or no-store, alternating steps) and
+    on in-process engine B, an identical twin of A. The overhead is HTTP - A; B - A is
+    a control: what two identical engines differ by on this machine (the noise floor
+    of the paired differences). Each mode cycles through the six orders of the three."""
+    from engine import SamplingParams
+
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True)
+    modes = {"miss": None, "no_store": "no-store"}  # the HTTP side's Cache-Control
+    expected = {"miss": "Miss", "no_store": "Bypass"}
+    task = progress.add_task("misses: in-process vs HTTP", total=sizes.miss_steps)
+
+    def messages(i: int) -> list[dict[str, str]]:
+        # Distinct questions, and a number the guard would not let match another's.
+        return [{"role": "user", "content": f"({i + 1}) {questions[i]}"}]
+
+    def over_http(msgs: list[dict[str, str]], mode: str) -> tuple[float, int, str | None]:
+        label = expected[mode].lower()
+        before = _server_e2e_sum(client, label)
+        elapsed, resp, data = _post_chat(client, _chat_body(msgs, MAX_TOKENS), modes[mode])
+        served = _server_e2e_sum(client, label) - before
+        if served > 0:  # else it was served under another status
+            framing[mode].append(elapsed - served)
+        return (
+            elapsed,
+            data.get("usage", {}).get("completion_tokens"),
+            resp.headers.get("x-cache-status"),
+        )
+
+    framing: dict[str, list[float]] = {m: [] for m in modes}
+    for i in range(sizes.warmup):  # both engines, both HTTP modes
+        for llm in engines:
+            runner.run(_in_process(llm, messages(i), params))
+        for mode in modes:
+            over_http(messages(i), mode)
+    for samples in framing.values():
+        samples.clear()
+
+    times: dict[str, dict[str, list[float]]] = {
+        m: {"in_process": [], "http": [], "twin": []} for m in modes
+    }
+    skipped = {"cache_status": 0, "short_answer": 0}
+    # Each mode runs the three sides in each of the six orders in turn.
+    orders = list(itertools.permutations(("in_process", "http", "twin")))
+    for j in range(sizes.miss_steps):
+        i = sizes.warmup + j
+        mode = ("miss", "no_store")[j % 2]
+        msgs = messages(i)
+        got: dict[str, tuple[float, Any, Any]] = {}
+        sides = ("in_process", "http", "twin")
+        for side in orders[(j // 2) % len(orders)]:
+            if side == "http":
+                got[side] = over_http(msgs, mode)
+            else:
+                llm = engines[0] if side == "in_process" else engines[1]
+                got[side] = (*runner.run(_in_process(llm, msgs, params)), None)
+        progress.advance(task)
+        if got["http"][2] != expected[mode]:
+            skipped["cache_status"] += 1
+            continue
+        if any(got[side][1] != MAX_TOKENS for side in sides):  # the server's engine met EOS
+            skipped["short_answer"] += 1
+            continue
+        for side in sides:
+            times[mode][side].append(got[side][0])
+
+    def report(mode: str) -> dict[str, Any]:
+        t = times[mode]
+        return {
+            "in_process": _summary(t["in_process"]),
+            "http": _summary(t["http"]),
+            "overhead": _paired([h - a for h, a in zip(t["http"], t["in_process"], strict=True)]),
+            "twin_control": _paired(
+                [b - a for b, a in zip(t["twin"], t["in_process"], strict=True)]
+            ),
+            # Client time minus the server's own e2e (from /metrics): HTTP, Litestar and
+            # JSON outside the request path, free of the engines' noise.
+            "http_framing": _summary(framing[mode]),
+        }
+
+    control = [
+        b - a for m in modes for b, a in zip(times[m]["twin"], times[m]["in_process"], strict=True)
+    ]
+    return {
+        "max_tokens": MAX_TOKENS,
+        "skipped": skipped,
+        **{m: report(m) for m in modes},
+        "twin_control": _paired(control),
+    }
+
+
+# The run
+
+
+@contextlib.contextmanager
+def _progress(out: Console) -> Iterator[Progress]:
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=out) as progress:
+        yield progress
+
+
+def _run(sizes: Sizes, progress: Progress) -> dict[str, Any]:
+    from engine import AsyncLLM, EngineConfig
+
+    n_miss = sizes.warmup + sizes.miss_steps
+    with tempfile.TemporaryDirectory(prefix="semgate-gateway-bench-") as tmp:
+        workdir = Path(tmp)
+        with _server(workdir, num_threads=1) as (base_url, proc):
+            loading = progress.add_task("starting the server, loading the engines", total=None)
+            started = time.perf_counter()
+            # Loaded while the server starts; they sit idle (no CPU) while the server works.
+            engines = (AsyncLLM(EngineConfig(num_threads=1)), AsyncLLM(EngineConfig(num_threads=1)))
+            exchanges = _exchanges(sizes.entries + n_miss)
+            seeded, fresh = exchanges[: sizes.entries], [q for q, _ in exchanges[sizes.entries :]]
+            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            try:
+                with (
+                    httpx.Client(
+                        base_url=base_url, timeout=120.0, limits=limits, trust_env=False
+                    ) as client,
+                    asyncio.Runner() as runner,
+                ):
+                    _wait_ready(client, proc, workdir / "server.log")
+                    startup_s = time.perf_counter() - started
+                    progress.update(loading, total=1, completed=1)
+                    _seed(client, seeded, progress)
+                    hits = _bench_hits(client, [q for q, _ in seeded], sizes, progress)
+                    misses = _bench_misses(client, engines, runner, fresh, sizes, progress)
+            finally:
+                for llm in engines:
+                    llm.shutdown()
+    return {"server_ready_s": startup_s, "hits": hits, "misses": misses}
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+def _ms_ci(paired: dict[str, Any]) -> str:
+    ci = paired["p50_ci95_ms"]
+    if ci is None:
+        return _ms(paired["p50_ms"])
+    return f"{_ms(paired['p50_ms'])} ({ci[0]:.0f}..{ci[1]:.0f})"
+
+
+def _below(value: float | None, goal: float) -> bool | None:
+    return None if value is None else value < goal
+
+
+def _overhead_met(paired: dict[str, Any], lookup_ms: float | None) -> tuple[bool | None, str]:
+    """(met, basis). Met when the whole 95% interval of the paired median is under the
+    goal, missed when it is all at or over it. When it straddles the goal (a noisy
+    machine, or too few pairs for an interval), a lookup estimate at or over the goal
+    still decides "missed": every miss waits for its lookup before the engine starts."""
+    ci = paired["p50_ci95_ms"]
+    if ci is not None and ci[1] < OVERHEAD_P50_GOAL_MS:
+        return True, "paired"
+    if ci is not None and ci[0] >= OVERHEAD_P50_GOAL_MS:
+        return False, "paired"
+    if lookup_ms is not None and lookup_ms >= OVERHEAD_P50_GOAL_MS:
+        return False, "lookup"
+    return None, "unresolved"
+
+
+def _met(met: bool | None) -> str:
+    return {True: "[green]yes[/]", False: "[red]no[/]", None: "[yellow]unresolved[/]"}[met]
+
+
+def result_table(result: dict[str, Any]) -> Table:
+    table = Table(
+        title="semgate gateway over HTTP: p50 unless noted",
+        caption="(a..b): 95% confidence interval of a paired median",
+    )
+    for name in ("metric", "value", "goal", "met?"):
+        table.add_column(name, justify="left" if name == "metric" else "right")
+    hits, misses = result["hits"], result["misses"]
+    for tier in ("exact", "semantic"):
+        h = hits[tier]
+        goal = f"< {HIT_P50_GOAL_MS:g} ms"
+        met = _met(_below(h["p50_ms"], HIT_P50_GOAL_MS))
+        asked = h["n"] + h["not_hit"]
+        table.add_row(f"{tier} hit ({h['n']}/{asked} Hit)", _ms(h["p50_ms"]), goal, met)
+        table.add_row("  p90", _ms(h["p90_ms"]), "", "")
+        table.add_row("  p99", _ms(h["p99_ms"]), "", "")
+    lookup = result["miss_lookup_estimate_ms"]
+    table.add_row("lookup: semantic - exact hit", _ms(lookup), "", "")
+    for mode, title in (("miss", "miss"), ("no_store", "no-store")):
+        m = misses[mode]
+        over = m["overhead"]
+        table.add_row(
+            f"{title}: in-process (n={over['n']})", _ms(m["in_process"]["p50_ms"]), "", ""
+        )
+        table.add_row(f"{title}: over HTTP", _ms(m["http"]["p50_ms"]), "", "")
+        if mode == "miss":
+            goal = f"< {OVERHEAD_P50_GOAL_MS:g} ms"
+            met, basis = _overhead_met(over, lookup)
+            met_cell = _met(met) + (" (lookup)" if basis == "lookup" else "")
+            table.add_row(f"{title}: overhead, paired", _ms_ci(over), goal, met_cell)
+        else:
+            table.add_row(f"{title}: overhead, paired", _ms_ci(over), "", "")
+        table.add_row("  p90", _ms(over["p90_ms"]), "", "")
+        table.add_row("  of which HTTP framing", _ms(m["http_framing"]["p50_ms"]), "", "")
+    control = misses["twin_control"]
+    table.add_row(f"control: twin engine (n={control['n']})", _ms_ci(control), "~ 0 ms", "")
+    return table
+
+
+def run_gateway_bench(quick: bool = False, out_path: Path | None = DEFAULT_OUT) -> dict[str, Any]:
+    """Runs the benchmark, prints the table, writes the numbers as JSON to out_path."""
+    sizes = QUICK if quick else FULL
+    started = time.perf_counter()
+    with _progress(console) as progress:
+        measured = _run(sizes, progress)
+    hits, misses = measured["hits"], measured["misses"]
+    # What a miss's lookup adds to the HTTP floor: embedding + KNN + guard, the same work
+    # as a semantic hit past an exact hit (a low-noise lower bound on the miss overhead).
+    lookup_ms = (
+        None
+        if hits["semantic"]["p50_ms"] is None or hits["exact"]["p50_ms"] is None
+        else hits["semantic"]["p50_ms"] - hits["exact"]["p50_ms"]
+    )
+    overhead_met, overhead_basis = _overhead_met(misses["miss"]["overhead"], lookup_ms)
+    result: dict[str, Any] = {
+        "model": DEFAULT_MODEL,
+        "quick": quick,
+        "sizes": sizes.__dict__,
+        "engine_threads": 1,
+        **measured,
+        "miss_lookup_estimate_ms": lookup_ms,
+        "goals": {
+            "hit_p50_ms_under": HIT_P50_GOAL_MS,
+            "miss_overhead_p50_ms_under": OVERHEAD_P50_GOAL_MS,
+        },
+        "met": {
+            "hit_exact": _below(hits["exact"]["p50_ms"], HIT_P50_GOAL_MS),
+            "hit_semantic": _below(hits["semantic"]["p50_ms"], HIT_P50_GOAL_MS),
+            "miss_overhead": overhead_met,  # None: unresolved (see _overhead_met)
+        },
+        "miss_overhead_basis": overhead_basis,
+        "elapsed_s": time.perf_counter() - started,
+    }
+    Console().print(result_table(result))
+    skipped = misses["skipped"]
+    Console().print(
+        f"{sizes.entries} seeded entries; misses: {MAX_TOKENS} greedy tokens, server and "
+        f"in-process engines on 1 thread each; steps skipped: {skipped['cache_status']} "
+        f"unexpected cache status, {skipped['short_answer']} answers under {MAX_TOKENS} "
+        f"tokens; {result['elapsed_s']:.0f} s in all"
+    )
+    if out_path is not None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(result, indent=2))
+    return result

@@ -1,0 +1,121 @@
+"""Prometheus metrics, named after vLLM's with a `semgate_` prefix. Request latencies
+are observed by the gateway (labelled by cache status); engine gauges and cache
+counters are read from their owners at scrape time, so they can never drift."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cache import CacheStats
+from gateway.upstream import EngineGauges
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                   1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+
+
+class _LiveCollector(Collector):
+    def __init__(
+        self,
+        gauges: Callable[[], EngineGauges | None],
+        cache_stats: Callable[[], CacheStats | None],
+    ) -> None:
+        self.gauges = gauges
+        self.cache_stats = cache_stats
+
+    def collect(self) -> Iterator[Metric]:
+        g = self.gauges()
+        if g is not None:
+            yield GaugeMetricFamily(
+                "semgate_num_requests_running", "Requests in the engine's running batch.", g.running
+            )
+            yield GaugeMetricFamily(
+                "semgate_num_requests_waiting", "Requests waiting for the engine.", g.waiting
+            )
+            yield GaugeMetricFamily(
+                "semgate_kv_cache_usage_perc",
+                "Fraction of KV-cache blocks in use.",
+                g.kv_cache_usage,
+            )
+            yield CounterMetricFamily(
+                "semgate_prefix_cache_queries",
+                "Prompt tokens looked up in the prefix cache.",
+                g.prefix_cache_queries,
+            )
+            yield CounterMetricFamily(
+                "semgate_prefix_cache_hits",
+                "Prompt tokens found in the prefix cache.",
+                g.prefix_cache_hits,
+            )
+        s = self.cache_stats()
+        if s is None:
+            return
+        for name, doc, value in (
+            ("lookups", "Semantic-cache lookups.", s.lookups),
+            ("misses", "Lookups that found no servable entry.", s.misses),
+            ("bypasses", "Requests the cache policy kept away from the cache.", s.bypasses),
+            ("coalesced", "Misses that waited for an equivalent request in flight.", s.coalesced),
+            ("guard_rejections", "Lookups where the guard rejected a candidate.",
+             s.guard_rejections),
+            ("stores", "Answers stored.", s.stores),
+        ):  # fmt: skip
+            yield CounterMetricFamily(f"semgate_cache_{name}", doc, value)
+        hits = CounterMetricFamily("semgate_cache_hits", "Cache hits by tier.", labels=["tier"])
+        hits.add_metric(["exact"], s.hits_exact)
+        hits.add_metric(["semantic"], s.hits_semantic)
+        yield hits
+        errors = CounterMetricFamily(
+            "semgate_cache_errors", "Cache failures (served as misses) by kind.", labels=["kind"]
+        )
+        for kind, count in sorted(s.errors.items()):
+            errors.add_metric([kind], count)
+        yield errors
+
+
+class GatewayMetrics:
+    """One registry per app, so several apps (tests) never share counters."""
+
+    def __init__(
+        self,
+        gauges: Callable[[], EngineGauges | None],
+        cache_stats: Callable[[], CacheStats | None],
+    ) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["cache_status"]
+        self.ttft = Histogram(
+            "semgate_time_to_first_token_seconds",
+            "Time from request arrival to the first content token.",
+            labels,
+            registry=self.registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.itl = Histogram(
+            "semgate_inter_token_latency_seconds",
+            "Time between consecutive content chunks of a streamed answer.",
+            labels,
+            registry=self.registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.e2e = Histogram(
+            "semgate_e2e_request_latency_seconds",
+            "Time from request arrival to the last byte of the answer.",
+            labels,
+            registry=self.registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.requests = Counter(
+            "semgate_requests",
+            "Chat requests answered, by cache status and finish reason.",
+            ["cache_status", "finish_reason"],
+            registry=self.registry,
+        )
+        self.prompt_tokens = Counter(
+            "semgate_prompt_tokens", "Prompt tokens processed upstream.", registry=self.registry
+        )
+        self.generation_tokens = Counter(
+            "semgate_generation_tokens", "Tokens generated upstream.", registry=self.registry
+        )
+        self.registry.register(_LiveCollector(gauges, cache_stats))

@@ -1,0 +1,1 @@
+"""HTTP routes: chat, models, admin, health and metrics."""

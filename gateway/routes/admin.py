@@ -1,0 +1,226 @@
+"""The admin API under /admin (admin key required): the similarity threshold, cache
+stats, entries (list, seed, delete, flush) and dry-run lookups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Router, delete, get, post, put
+from litestar.params import Parameter
+
+from cache import CacheRequest, SemanticCache, Thresholds
+from cache.store import CacheEntry
+from gateway.auth import admin_guard
+from gateway.completions import flatten_messages
+from gateway.errors import APIError
+from gateway.runtime import Runtime
+from gateway.schemas import ChatMessage
+
+MAX_PAGE = 500
+
+
+class ThresholdConfig(msgspec.Struct):
+    """Similarities in [0, 1]. A tenant override wins over a model override, which wins
+    over the default."""
+
+    default: float
+    per_model: dict[str, float]
+    per_tenant: dict[str, float]
+
+
+class ThresholdUpdate(msgspec.Struct):
+    """Fields left out keep their value; a table given replaces that whole table."""
+
+    default: float | None = None
+    per_model: dict[str, float] | None = None
+    per_tenant: dict[str, float] | None = None
+
+
+class SeedEntry(msgspec.Struct):
+    question: str
+    answer: str
+    model: str | None = None  # default: the first served model
+    tenant: str = "default"
+    context: list[ChatMessage] = msgspec.field(default_factory=list)  # earlier turns
+    ttl: int | None = None  # seconds; default: the server's cache TTL
+
+
+class LookupRequest(msgspec.Struct):
+    """Either `messages` (as in a chat request) or a one-turn `question`."""
+
+    model: str | None = None
+    messages: list[ChatMessage] | None = None
+    question: str | None = None
+    tenant: str = "default"
+    temperature: float = 0.0
+    threshold: float | None = None  # try another threshold without changing the server's
+
+
+def _cache(runtime: Runtime) -> SemanticCache:
+    if not runtime.cache_on:
+        raise APIError(400, "the cache is off on this server (--no-cache)", code="cache_disabled")
+    if runtime.cache is None:
+        raise APIError(503, "the cache is not ready yet", "service_unavailable", retry_after=2)
+    return runtime.cache
+
+
+def _model(runtime: Runtime, model: str | None) -> str:
+    models = runtime.upstream.models()
+    if model is None:
+        if not models:
+            raise APIError(503, "no model is ready yet", "service_unavailable")
+        return models[0]
+    return model
+
+
+def _thresholds(t: Thresholds) -> ThresholdConfig:
+    return ThresholdConfig(t.default, dict(t.per_model), dict(t.per_tenant))
+
+
+def _entry(e: CacheEntry) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "question": e.prompt,
+        "answer": e.response,
+        "tenant": e.tenant,
+        "model": e.model,
+        "context": e.context,
+        "created": e.created,
+        "hits": e.hits,
+        "ttl": e.ttl,
+        "metadata": e.metadata,
+    }
+
+
+@get("/cache/threshold", summary="The similarity thresholds in force")
+async def get_threshold(runtime: Runtime) -> ThresholdConfig:
+    return _thresholds(_cache(runtime).thresholds)
+
+
+@put("/cache/threshold", summary="Change the thresholds (from the next request on)")
+async def put_threshold(data: ThresholdUpdate, runtime: Runtime) -> ThresholdConfig:
+    cache = _cache(runtime)
+    old = cache.thresholds
+    try:
+        new = Thresholds(
+            old.default if data.default is None else data.default,
+            dict(old.per_model if data.per_model is None else data.per_model),
+            dict(old.per_tenant if data.per_tenant is None else data.per_tenant),
+        )
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="default") from exc
+    cache.thresholds = new  # one assignment: a request sees the old or the new, never a mix
+    return _thresholds(new)
+
+
+@get("/cache/stats", summary="Cache counters and the best-similarity histogram")
+async def stats(runtime: Runtime) -> dict[str, Any]:
+    cache = _cache(runtime)
+    return {**cache.stats.snapshot(), "in_flight": cache.singleflight.in_flight()}
+
+
+@get("/cache/entries", summary="List entries, newest first (filter by tenant, model, words)")
+async def list_entries(
+    runtime: Runtime,
+    tenant: str | None = None,
+    model: str | None = None,
+    q: str | None = Parameter(default=None, description="words in the question"),
+    offset: int = Parameter(default=0, ge=0),
+    limit: int = Parameter(default=50, ge=1, le=MAX_PAGE),
+) -> dict[str, Any]:
+    total, entries = await _cache(runtime).store.list(tenant, model, q, offset, limit)
+    return {"total": total, "offset": offset, "data": [_entry(e) for e in entries]}
+
+
+@post("/cache/entries", summary="Seed a question and its answer", status_code=201)
+async def seed_entry(data: SeedEntry, runtime: Runtime) -> dict[str, Any]:
+    cache = _cache(runtime)
+    model = _model(runtime, data.model)
+    context = flatten_messages(data.context) if data.context else []
+    if data.ttl is not None and data.ttl < 1:
+        raise APIError(400, "ttl must be at least 1 second", param="ttl")
+    try:
+        entry = await cache.seed(data.question, data.answer, model, data.tenant, context, data.ttl)
+    except ValueError as exc:
+        raise APIError(400, str(exc)) from exc
+    return _entry(entry)
+
+
+@get("/cache/entries/{entry_id:str}", summary="One entry")
+async def get_entry(entry_id: str, runtime: Runtime) -> dict[str, Any]:
+    entry = await _cache(runtime).store.get(entry_id)
+    if entry is None:
+        raise APIError(404, f"no cache entry {entry_id!r}", param="entry_id", code="not_found")
+    return _entry(entry)
+
+
+@delete("/cache/entries/{entry_id:str}", summary="Delete one entry", status_code=204)
+async def delete_entry(entry_id: str, runtime: Runtime) -> None:
+    if not await _cache(runtime).store.delete(entry_id):
+        raise APIError(404, f"no cache entry {entry_id!r}", param="entry_id", code="not_found")
+
+
+@delete("/cache", summary="Flush the cache, or one tenant's and/or model's entries",
+        status_code=200)  # fmt: skip
+async def flush(
+    runtime: Runtime, tenant: str | None = None, model: str | None = None
+) -> dict[str, int]:
+    return {"deleted": await _cache(runtime).store.flush(tenant, model)}
+
+
+@post("/cache/lookup", summary="Dry run: would this request hit, and why (not)?", status_code=200)
+async def lookup(data: LookupRequest, runtime: Runtime) -> dict[str, Any]:
+    cache = _cache(runtime)
+    if data.messages:
+        messages = flatten_messages(data.messages)
+    elif data.question:
+        messages = [{"role": "user", "content": data.question}]
+    else:
+        raise APIError(400, "give `messages` or `question`", param="messages")
+    request = CacheRequest(
+        model=_model(runtime, data.model),
+        messages=messages,
+        tenant=data.tenant,
+        temperature=data.temperature,
+    )
+    result = await cache.lookup(request, dry_run=True, threshold=data.threshold)
+    return {
+        "would_hit": result.hit is not None,
+        "status": result.status,
+        "threshold": result.threshold,
+        "reason": result.reason,
+        "hit": _entry(result.hit.entry) | {"similarity": result.hit.similarity}
+        if result.hit
+        else None,
+        "candidates": [
+            {
+                "id": c.candidate.entry.id,
+                "question": c.candidate.entry.prompt,
+                "similarity": round(c.candidate.similarity, 6),
+                "tier": c.candidate.tier,
+                "above_threshold": c.above_threshold,
+                "guard": {"ok": c.verdict.ok, "rule": c.verdict.rule, "detail": c.verdict.detail},
+            }
+            for c in result.candidates
+        ],
+    }
+
+
+admin_router = Router(
+    path="/admin",
+    guards=[admin_guard],
+    tags=["admin"],
+    security=[{"AdminKey": []}],
+    route_handlers=[
+        get_threshold,
+        put_threshold,
+        stats,
+        list_entries,
+        seed_entry,
+        get_entry,
+        delete_entry,
+        flush,
+        lookup,
+    ],
+)

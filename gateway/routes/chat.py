@@ -1,0 +1,104 @@
+"""POST /v1/chat/completions: JSON or SSE, with the cache status in the headers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import msgspec
+from litestar import Request, Response, post
+from litestar.response import ServerSentEvent
+
+from gateway.auth import chat_guard
+from gateway.completions import Answer, CacheDirectives, ChatService
+from gateway.errors import APIError
+from gateway.schemas import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Choice,
+    ChunkChoice,
+    DeltaMessage,
+    ResponseMessage,
+    Usage,
+)
+from gateway.upstream import Delta
+
+log = logging.getLogger("semgate.gateway")
+
+
+def _usage(final: Delta | None) -> Usage:
+    prompt = (final.prompt_tokens if final else None) or 0
+    completion = (final.completion_tokens if final else None) or 0
+    return Usage(prompt, completion, prompt + completion)
+
+
+async def _collect(answer: Answer) -> ChatCompletion:
+    parts: list[str] = []
+    final: Delta | None = None
+    async for delta in answer.deltas:
+        parts.append(delta.text)
+        if delta.finish_reason is not None:
+            final = delta
+    message = ResponseMessage("assistant", "".join(parts))
+    finish = final.finish_reason if final else None
+    return ChatCompletion(
+        answer.id, answer.created, answer.model, [Choice(0, message, finish)], _usage(final)
+    )
+
+
+async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
+    """OpenAI's chunk sequence: role, content deltas, finish_reason, usage (if asked),
+    [DONE]. A failure after the first chunk becomes an error event, never a silent end."""
+
+    def chunk(delta: DeltaMessage, finish: str | None = None) -> str:
+        choice = ChunkChoice(0, delta, finish)
+        return msgspec.json.encode(
+            ChatCompletionChunk(answer.id, answer.created, answer.model, [choice])
+        ).decode()
+
+    try:
+        yield chunk(DeltaMessage(role="assistant", content=""))
+        final: Delta | None = None
+        async for delta in answer.deltas:
+            if delta.text:
+                yield chunk(DeltaMessage(content=delta.text))
+            if delta.finish_reason is not None:
+                final = delta
+                yield chunk(DeltaMessage(), delta.finish_reason)
+        if include_usage:
+            usage = ChatCompletionChunk(
+                answer.id, answer.created, answer.model, [], usage=_usage(final)
+            )
+            yield msgspec.json.encode(usage).decode()
+    except APIError as exc:
+        yield exc.event().decode()
+    except Exception as exc:  # mid-stream: the status line is already sent
+        log.exception("stream failed")
+        yield APIError(500, f"the answer failed mid-stream: {exc}", "server_error").event().decode()
+    finally:
+        await answer.deltas.aclose()  # type: ignore[attr-defined]
+    yield "[DONE]"
+
+
+@post(
+    "/v1/chat/completions",
+    status_code=200,
+    summary="Create a chat completion (OpenAI-compatible)",
+    description="Answers from the semantic cache when an equivalent question was answered "
+    "before (X-Cache-Status: Hit), else from the engine. `stream: true` returns SSE chunks.",
+    tags=["chat"],
+    guards=[chat_guard],
+    security=[{"ApiKey": []}],
+)
+async def chat_completions(
+    data: ChatCompletionRequest, request: Request, chat: ChatService
+) -> Response[ChatCompletion] | ServerSentEvent:
+    tenant: str = request.state.tenant  # set by chat_guard
+    directives = CacheDirectives.parse(request.headers.get("cache-control"))
+    answer = await chat.answer(data, tenant, directives)
+    headers = {"X-Cache-Status": answer.cache_status.capitalize(), **answer.headers}
+    if data.stream:
+        include_usage = bool(data.stream_options and data.stream_options.include_usage)
+        return ServerSentEvent(_events(answer, include_usage), headers=headers)
+    return Response(await _collect(answer), headers=headers)

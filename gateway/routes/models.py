@@ -1,0 +1,24 @@
+"""GET /v1/models and /v1/models/{id}."""
+
+from __future__ import annotations
+
+from litestar import get
+
+from gateway.errors import APIError
+from gateway.schemas import ModelCard, ModelList
+from gateway.upstream import Upstream
+
+
+@get("/v1/models", summary="List the served models", tags=["models"])
+async def list_models(upstream: Upstream, started: int) -> ModelList:
+    return ModelList([ModelCard(m, started) for m in upstream.models()])
+
+
+@get("/v1/models/{model_id:path}", summary="One served model", tags=["models"])
+async def get_model(model_id: str, upstream: Upstream, started: int) -> ModelCard:
+    model_id = model_id.lstrip("/")
+    if model_id not in upstream.models():
+        raise APIError(
+            404, f"The model {model_id!r} does not exist", param="model", code="model_not_found"
+        )
+    return ModelCard(model_id, started)

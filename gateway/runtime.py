@@ -1,0 +1,138 @@
+"""The gateway's resources: upstream (engine or remote servers), semantic cache,
+keys, metrics. Started in the app's lifespan, in the background, so the port answers
+(/health 200, /ready 503) while the model loads; chat waits for nothing it does not
+need: until Redis is up, requests are served uncached (fail open)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from contextlib import AsyncExitStack
+
+from cache import CachePolicy, CacheRuntime, SemanticCache, Thresholds
+from engine import EngineConfig
+from gateway.auth import Keyring
+from gateway.completions import ChatService
+from gateway.metrics import GatewayMetrics
+from gateway.settings import Settings
+from gateway.upstream import HttpUpstream, InProcessEngine, Upstream
+
+log = logging.getLogger("semgate.gateway")
+
+CACHE_RETRY_SECONDS = (1, 2, 5, 10, 30)
+
+
+def build_upstream(settings: Settings) -> Upstream:
+    if settings.upstreams:
+        return HttpUpstream(settings.upstreams, timeout=settings.upstream_timeout)
+    config = EngineConfig(
+        model=settings.model,
+        max_model_len=settings.max_model_len,
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=max(64, settings.max_num_seqs),
+        num_threads=settings.num_threads,
+    )
+    return InProcessEngine(config, max_waiting=settings.max_waiting)
+
+
+class Runtime:
+    def __init__(self, settings: Settings, upstream: Upstream | None = None) -> None:
+        self.settings = settings
+        self.upstream = upstream or build_upstream(settings)
+        self.keyring = Keyring(settings.api_keys, settings.admin_key)
+        self.cache_on = settings.cache
+        self.cache: SemanticCache | None = None
+        self.metrics = GatewayMetrics(
+            self.upstream.gauges, lambda: self.cache.stats if self.cache else None
+        )
+        self.chat = ChatService(self.upstream, None, self.metrics)
+        self.started = int(time.time())
+        self.failure: str | None = None
+        self._stack = AsyncExitStack()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.upstream.ready() and (not self.cache_on or self.cache is not None)
+
+    def waiting_for(self) -> str:
+        missing = []
+        if not self.upstream.ready():
+            missing.append(
+                "the model" if isinstance(self.upstream, InProcessEngine) else "an upstream"
+            )
+        if self.cache_on and self.cache is None:
+            missing.append("Redis and the embedder")
+        text = " and ".join(missing) or "nothing"
+        return f"{text} ({self.failure})" if self.failure else f"starting {text}"
+
+    def announce(self) -> None:
+        if self.keyring.open:
+            log.warning("no API keys configured: chat is open to anyone who can reach this port")
+        else:
+            log.info("%d API key(s) for %d tenant(s)", len(self.keyring.api_keys),
+                     len(set(self.keyring.api_keys.values())))  # fmt: skip
+        if self.keyring.generated_admin_key:
+            log.warning("admin key (generated for this run): %s", self.keyring.admin_key)
+
+    async def start(self) -> None:
+        """Starts loading in the background and returns at once."""
+        self.announce()
+        self._task = asyncio.get_running_loop().create_task(self._load())
+
+    async def _load(self) -> None:
+        await asyncio.gather(self._start_upstream(), self._start_cache())
+        if self.ready:
+            log.info("ready: http://%s:%d", self.settings.host, self.settings.port)
+
+    async def _start_upstream(self) -> None:
+        t0 = time.perf_counter()
+        log.info("loading %s ...", ", ".join(self.upstream.models()) or "the upstream")
+        try:
+            await self.upstream.start()
+        except Exception as exc:
+            self.failure = f"the upstream failed to start: {exc}"
+            log.error("%s", self.failure)
+            return
+        log.info("upstream ready in %.1f s: %s", time.perf_counter() - t0, self.upstream.models())
+
+    async def _start_cache(self) -> None:
+        if not self.cache_on:
+            log.info("cache off: every request goes to the upstream")
+            return
+        s = self.settings
+        for attempt in range(1_000_000):
+            t0 = time.perf_counter()
+            runtime = CacheRuntime(
+                redis_url=s.redis_url,
+                data_dir=s.redis_data_dir,
+                maxmemory=s.redis_maxmemory,
+                thresholds=Thresholds(s.threshold, dict(s.model_thresholds),
+                                      dict(s.tenant_thresholds)),
+                policy=CachePolicy(max_temperature=s.cache_max_temperature),
+                default_ttl=s.cache_ttl,
+            )  # fmt: skip
+            try:
+                self.cache = await self._stack.enter_async_context(runtime)
+            except Exception as exc:
+                delay = CACHE_RETRY_SECONDS[min(attempt, len(CACHE_RETRY_SECONDS) - 1)]
+                self.failure = f"cache start failed, retrying in {delay} s: {exc}"
+                log.error("%s (serving uncached meanwhile)", self.failure)
+                await asyncio.sleep(delay)
+                continue
+            self.failure = None
+            self.chat.cache = self.cache
+            where = s.redis_url or f"embedded Redis Stack at {runtime.server.url}"  # type: ignore[union-attr]
+            log.info("cache ready in %.1f s: %s", time.perf_counter() - t0, where)
+            return
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        self.chat.cache = None
+        await self._stack.aclose()
+        await self.upstream.close()

@@ -1,0 +1,123 @@
+"""The OpenAI Chat Completions wire types, as msgspec Structs. Unknown request fields
+are ignored (msgspec's default), so newer SDKs keep working."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+class ContentPart(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(msgspec.Struct):
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(msgspec.Struct):
+    model: str
+    messages: list[ChatMessage]
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int | None = None
+    user: str | None = None
+    ignore_eos: bool = False  # vLLM's extension: generate max_tokens tokens, EOS or not
+    # Accepted so that requests naming them get a clear refusal (or are honoured when
+    # they ask for nothing the engine lacks), rather than being silently ignored.
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    response_format: dict[str, Any] | None = None
+
+
+class Usage(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ResponseMessage(msgspec.Struct):
+    role: Literal["assistant"]
+    content: str
+
+
+class Choice(msgspec.Struct):
+    index: int
+    message: ResponseMessage
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class ChatCompletion(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    object: Literal["chat.completion"] = "chat.completion"
+    system_fingerprint: str | None = None
+
+
+class DeltaMessage(msgspec.Struct, omit_defaults=True):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(msgspec.Struct):
+    index: int
+    delta: DeltaMessage
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    usage: Usage | None = None
+
+
+class ErrorBody(msgspec.Struct):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(msgspec.Struct):
+    error: ErrorBody
+
+
+class ModelCard(msgspec.Struct):
+    id: str
+    created: int
+    owned_by: str = "semgate"
+    object: Literal["model"] = "model"
+
+
+class ModelList(msgspec.Struct):
+    data: list[ModelCard]
+    object: Literal["list"] = "list"

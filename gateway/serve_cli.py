@@ -1,0 +1,96 @@
+"""`semgate serve`: the gateway over HTTP (uvicorn)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.logging import RichHandler
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    from gateway.settings import Settings, parse_pairs
+
+    return Settings.load(
+        args.config,
+        host=args.host,
+        port=args.port,
+        model=args.model,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        num_threads=args.num_threads,
+        max_waiting=args.max_waiting,
+        upstreams=args.upstream.split(",") if args.upstream else None,
+        cache=False if args.no_cache else None,
+        redis_url=args.redis_url,
+        redis_data_dir=args.redis_data_dir,
+        threshold=args.threshold,
+        cache_ttl=args.cache_ttl,
+        admin_key=args.admin_key,
+        api_keys=parse_pairs(args.api_keys, "--api-keys") if args.api_keys else None,
+        rate_limit=args.rate_limit,
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    log = logging.getLogger("semgate")
+    log.setLevel(logging.INFO)
+    log.addHandler(RichHandler(show_path=False, markup=False))
+    log.propagate = False  # Litestar configures the root logger too: print once
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # upstream health checks
+    settings = _settings(args)
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def add_serve_command(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="serve the OpenAI-compatible gateway over HTTP",
+        description="Settings: defaults < --config FILE < SEMGATE_* environment < flags.",
+    )
+    serve.add_argument("--config", type=Path, default=None, help="TOML settings file")
+    serve.add_argument("--host", default=None, help="default 127.0.0.1")
+    serve.add_argument("--port", type=int, default=None, help="default 8000")
+    serve.add_argument("--model", default=None, help="bundled name, .gguf file or HF dir")
+    serve.add_argument("--max-model-len", type=int, default=None)
+    serve.add_argument("--max-num-seqs", type=int, default=None, help="engine batch size")
+    serve.add_argument("--num-threads", type=int, default=None, help="engine CPU threads")
+    serve.add_argument(
+        "--max-waiting", type=int, default=None, help="queued requests before 429 (default 256)"
+    )
+    serve.add_argument(
+        "--upstream",
+        default=None,
+        metavar="URL[,URL...]",
+        help="forward misses to these OpenAI-compatible servers instead of a local engine",
+    )
+    serve.add_argument("--no-cache", action="store_true", help="serve without the cache")
+    serve.add_argument("--redis-url", default=None, help="default: an embedded Redis Stack")
+    serve.add_argument("--redis-data-dir", type=Path, default=None)
+    serve.add_argument("--threshold", type=float, default=None, help="similarity in [0, 1]")
+    serve.add_argument("--cache-ttl", type=int, default=None, help="seconds (default 7 days)")
+    serve.add_argument("--admin-key", default=None, help="default: generated and printed")
+    serve.add_argument(
+        "--api-keys", default=None, metavar="KEY:TENANT,...", help="default: chat is open"
+    )
+    serve.add_argument(
+        "--rate-limit", default=None, metavar="N/UNIT", help="per key, e.g. 60/minute"
+    )
+    serve.set_defaults(func=cmd_serve)

@@ -1,0 +1,161 @@
+"""Gateway settings: defaults, then a TOML config file, then SEMGATE_* environment
+variables, then command-line flags (each overrides the one before).
+
+API keys map to tenants: `[keys]` in the config file (`"sk-..." = "tenant"`) or
+SEMGATE_API_KEYS="sk-a:tenant-a,sk-b:tenant-b". No keys: chat is open and every
+request is tenant "default".
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from cache import DEFAULT_THRESHOLD
+from engine.config import DEFAULT_MODEL
+
+RATE_UNITS = ("second", "minute", "hour", "day")
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "semgate" / "redis"
+
+
+@dataclass
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # Engine (in-process unless upstreams are given).
+    model: str = DEFAULT_MODEL
+    max_model_len: int | None = None
+    max_num_seqs: int = 64
+    num_threads: int | None = None
+    # Requests allowed to wait for a free engine slot; past it, 429 with Retry-After.
+    max_waiting: int = 256
+    upstreams: list[str] = field(default_factory=list)
+    upstream_timeout: float = 600.0
+    # Cache.
+    cache: bool = True
+    redis_url: str | None = None
+    redis_data_dir: Path = field(default_factory=default_data_dir)
+    redis_maxmemory: str = "512mb"
+    threshold: float = DEFAULT_THRESHOLD
+    model_thresholds: dict[str, float] = field(default_factory=dict)
+    tenant_thresholds: dict[str, float] = field(default_factory=dict)
+    cache_ttl: int = 7 * 24 * 3600
+    cache_max_temperature: float = 1.0
+    # Security and limits.
+    api_keys: dict[str, str] = field(default_factory=dict)  # key -> tenant
+    admin_key: str | None = None
+    rate_limit: str | None = None  # "120/minute" per API key
+    max_body_bytes: int = 4 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be a similarity in [0, 1], got {self.threshold}")
+        if self.rate_limit is not None:
+            self.rate_limit_tuple()  # validate early
+        for name in ("max_num_seqs", "max_body_bytes", "port"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.max_waiting < 0:
+            raise ValueError("max_waiting must be >= 0")
+        if any(not key or not tenant for key, tenant in self.api_keys.items()):
+            raise ValueError("API keys and tenant names must be non-empty")
+        self.upstreams = [u.rstrip("/") for u in self.upstreams if u.strip()]
+
+    def rate_limit_tuple(self) -> tuple[str, int] | None:
+        """ "120/minute" -> ("minute", 120)."""
+        if not self.rate_limit:
+            return None
+        count, _, unit = self.rate_limit.partition("/")
+        if unit not in RATE_UNITS or not count.strip().isdigit() or int(count) < 1:
+            raise ValueError(
+                f"rate limit must look like 120/minute (units: {', '.join(RATE_UNITS)}), "
+                f"got {self.rate_limit!r}"
+            )
+        return unit, int(count)
+
+    @classmethod
+    def load(
+        cls,
+        config_file: Path | None = None,
+        env: dict[str, str] | None = None,
+        **overrides: Any,
+    ) -> Settings:
+        """Defaults < config file < environment < overrides (None overrides are ignored)."""
+        values: dict[str, Any] = {}
+        if config_file is not None:
+            values.update(_read_config_file(config_file))
+        values.update(_from_env(os.environ if env is None else env))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
+        if "redis_data_dir" in values:
+            values["redis_data_dir"] = Path(values["redis_data_dir"]).expanduser()
+        return cls(**values)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"cannot read config file {path}: {exc}") from exc
+    if "keys" in data:
+        data["api_keys"] = data.pop("keys")
+    return data
+
+
+def parse_pairs(text: str, what: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = item.rpartition(":")
+        if not sep or not key or not value:
+            raise ValueError(f"{what} must look like a:b,c:d, got {item!r}")
+        pairs[key] = value
+    return pairs
+
+
+def _from_env(env: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if env.get("REDIS_URL"):
+        out["redis_url"] = env["REDIS_URL"]
+    casts: dict[str, Any] = {
+        "host": str,
+        "port": int,
+        "model": str,
+        "max_model_len": int,
+        "max_num_seqs": int,
+        "num_threads": int,
+        "max_waiting": int,
+        "upstream_timeout": float,
+        "redis_url": str,
+        "redis_data_dir": Path,
+        "redis_maxmemory": str,
+        "threshold": float,
+        "cache_ttl": int,
+        "cache_max_temperature": float,
+        "admin_key": str,
+        "rate_limit": str,
+        "max_body_bytes": int,
+    }
+    for name, cast in casts.items():
+        raw = env.get(f"SEMGATE_{name.upper()}")
+        if raw:
+            try:
+                out[name] = cast(raw)
+            except ValueError as exc:
+                raise ValueError(f"SEMGATE_{name.upper()}={raw!r}: {exc}") from exc
+    if env.get("SEMGATE_CACHE"):
+        out["cache"] = env["SEMGATE_CACHE"].lower() not in ("0", "false", "no", "off")
+    if env.get("SEMGATE_UPSTREAMS"):
+        out["upstreams"] = env["SEMGATE_UPSTREAMS"].split(",")
+    if env.get("SEMGATE_API_KEYS"):
+        out["api_keys"] = parse_pairs(env["SEMGATE_API_KEYS"], "SEMGATE_API_KEYS")
+    return out

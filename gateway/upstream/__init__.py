@@ -1,0 +1,15 @@
+"""Where cache misses are answered: the in-process engine or remote servers."""
+
+from gateway.upstream.base import ChatJob, Delta, EngineGauges, Upstream, UpstreamError
+from gateway.upstream.http import HttpUpstream
+from gateway.upstream.in_process import InProcessEngine
+
+__all__ = [
+    "ChatJob",
+    "Delta",
+    "EngineGauges",
+    "HttpUpstream",
+    "InProcessEngine",
+    "Upstream",
+    "UpstreamError",
+]

@@ -1,0 +1,72 @@
+"""What the gateway asks of whatever answers a cache miss: the in-process engine, or
+remote OpenAI-compatible servers. Both speak in `ChatJob`s in and `Delta`s out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from gateway.errors import APIError
+
+
+@dataclass(frozen=True)
+class ChatJob:
+    """A validated chat request, as an upstream runs it. `messages` hold plain-string
+    content (text parts are joined by the gateway); max_tokens None means "up to the
+    context length"."""
+
+    request_id: str
+    model: str
+    messages: list[dict[str, str]]
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks, tests)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One step of an answer. The last delta has `finish_reason` and the usage."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineGauges:
+    """Engine load, for /metrics (summed over upstreams where they report it)."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+
+
+class UpstreamError(APIError):
+    """An upstream refused or failed a request (same fields as APIError)."""
+
+
+@runtime_checkable  # Litestar checks injected values against the annotation
+class Upstream(Protocol):
+    async def start(self) -> None:
+        """Loads or connects; may take a while (the gateway is not ready until done)."""
+
+    async def close(self) -> None: ...
+
+    def ready(self) -> bool: ...
+
+    def models(self) -> list[str]:
+        """Model ids it serves; the first is the default."""
+
+    def gauges(self) -> EngineGauges | None: ...
+
+    def stream(self, job: ChatJob) -> AsyncIterator[Delta]:
+        """The answer as deltas. Raises UpstreamError before the first delta for requests
+        it refuses (context length, queue full, no healthy server); closing the iterator
+        early aborts the request upstream."""

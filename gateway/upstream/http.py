@@ -1,0 +1,289 @@
+"""Cache misses forwarded over HTTP to a pool of OpenAI-compatible servers (our own
+`semgate serve --no-cache` engine servers, vLLM, ...), with health checks and retries."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError
+
+logger = logging.getLogger(__name__)
+
+# Failures where the request never produced an answer and the connection is gone: safe to
+# run it again elsewhere as long as no delta has reached the caller.
+_RETRYABLE = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+)
+# 5xx answers that say "this server cannot serve now" rather than "this request broke it".
+_DOWN_STATUSES = (502, 503, 504)
+
+
+@dataclass
+class _Server:
+    base: str
+    healthy: bool = False
+    models: list[str] = field(default_factory=list)
+    error: str = "not probed yet"
+
+
+class HttpUpstream:
+    """A round-robin pool of remote OpenAI-compatible servers."""
+
+    def __init__(
+        self,
+        base_urls: list[str],
+        timeout: float = 600.0,
+        health_interval: float = 5.0,
+        api_key: str | None = None,
+    ) -> None:
+        if not base_urls:
+            raise ValueError("HttpUpstream needs at least one base URL")
+        self._servers = [_Server(url.rstrip("/")) for url in base_urls]
+        self._timeout = timeout
+        self._health_interval = health_interval
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client: httpx.AsyncClient | None = None
+        self._health_task: asyncio.Task[None] | None = None
+        self._next = 0  # round-robin counter
+
+    async def start(self) -> None:
+        """Probes every server once and starts the periodic health checks. Never fails
+        on down servers: they are retried by the health loop."""
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
+            # Each streaming answer holds a connection for its whole generation.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
+            headers=self._headers,
+        )
+        await self._probe_all()
+        if not self.ready():
+            logger.warning("no upstream is healthy yet: %s", self._describe())
+        self._health_task = asyncio.create_task(self._health_loop(), name="upstream-health")
+
+    async def close(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+            self._health_task = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def ready(self) -> bool:
+        return any(s.healthy for s in self._servers)
+
+    def models(self) -> list[str]:
+        """Model ids of the healthy servers, first server's first."""
+        ids = (m for s in self._servers if s.healthy for m in s.models)
+        return list(dict.fromkeys(ids))
+
+    def gauges(self) -> EngineGauges | None:
+        return None  # remote engines report their own /metrics
+
+    async def stream(self, job: ChatJob) -> AsyncIterator[Delta]:
+        """Runs `job` on a healthy server; before the first delta, a server that fails
+        is marked down and the next one is tried (each at most once)."""
+        if self._client is None:
+            raise RuntimeError("HttpUpstream.stream() before start()")
+        body = _request_body(job)
+        headers = {"X-Request-Id": job.request_id}  # one id across both hops' logs
+        tried: set[str] = set()
+        failures: list[str] = []
+        while (server := self._pick(job.model, tried)) is not None:
+            tried.add(server.base)
+            url = f"{server.base}/v1/chat/completions"
+            yielded = False
+            try:
+                async with self._client.stream("POST", url, json=body, headers=headers) as resp:
+                    if resp.status_code >= 500:
+                        await resp.aread()
+                        failures.append(f"{server.base}: HTTP {resp.status_code}")
+                        if resp.status_code in _DOWN_STATUSES:
+                            self._mark_down(server, f"HTTP {resp.status_code}")
+                        continue
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        raise _http_error(resp)
+                    async for delta in _parse_sse(resp):
+                        yielded = True
+                        yield delta
+                    return
+            except _RETRYABLE as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                if yielded:
+                    raise UpstreamError(
+                        502, f"upstream {server.base} failed mid-answer: {reason}", "upstream_error"
+                    ) from exc
+                self._mark_down(server, reason)
+                failures.append(f"{server.base}: {reason}")
+            except httpx.TimeoutException as exc:
+                raise UpstreamError(
+                    504, f"upstream {server.base} timed out: {exc!r}", "upstream_error"
+                ) from exc
+            except httpx.HTTPError as exc:
+                raise UpstreamError(
+                    502, f"upstream {server.base} failed: {exc!r}", "upstream_error"
+                ) from exc
+        raise UpstreamError(
+            503,
+            "no healthy upstream: " + ("; ".join(failures) or self._describe()),
+            type="service_unavailable",
+            code="upstream_unavailable",
+            retry_after=max(1, math.ceil(self._health_interval)),
+        )
+
+    def _pick(self, model: str, tried: set[str]) -> _Server | None:
+        """Round-robin over the healthy, untried servers that serve `model` (if no server
+        has ever listed it: over all of them, so that one answers "unknown model")."""
+        serving = [s for s in self._servers if model in s.models] or self._servers
+        candidates = [s for s in serving if s.healthy and s.base not in tried]
+        if not candidates:
+            return None
+        self._next += 1
+        return candidates[self._next % len(candidates)]
+
+    def _mark_down(self, server: _Server, reason: str) -> None:
+        if server.healthy:
+            logger.warning("upstream %s is down: %s", server.base, reason)
+        server.healthy, server.error = False, reason
+
+    def _describe(self) -> str:
+        return "; ".join(f"{s.base}: {s.error}" for s in self._servers if not s.healthy)
+
+    async def _probe_all(self) -> None:
+        await asyncio.gather(*(self._probe(s) for s in self._servers))
+
+    async def _probe(self, server: _Server) -> None:
+        """Healthy = /health answers 2xx and /v1/models lists the served models."""
+        assert self._client is not None
+        probe_timeout = min(10.0, max(2.0, self._health_interval))
+        try:
+            resp = await self._client.get(f"{server.base}/health", timeout=probe_timeout)
+            resp.raise_for_status()
+            resp = await self._client.get(f"{server.base}/v1/models", timeout=probe_timeout)
+            resp.raise_for_status()
+            models = [m["id"] for m in resp.json()["data"]]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            self._mark_down(server, f"health check failed: {type(exc).__name__}: {exc}")
+            return
+        if not server.healthy:
+            logger.info("upstream %s is healthy, serving %s", server.base, ", ".join(models))
+        server.healthy, server.models, server.error = True, models, ""
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._health_interval)
+            try:
+                await self._probe_all()
+            except Exception:  # keep checking whatever one round hit
+                logger.exception("upstream health check round failed")
+
+
+def _request_body(job: ChatJob) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": job.model,
+        "messages": job.messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": job.temperature,
+        "top_p": job.top_p,
+    }
+    if job.max_tokens is not None:
+        body["max_tokens"] = job.max_tokens
+    if job.stop:
+        body["stop"] = job.stop
+    if job.seed is not None:
+        body["seed"] = job.seed
+    if job.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+async def _parse_sse(resp: httpx.Response) -> AsyncIterator[Delta]:
+    """Text deltas as they arrive, then exactly one final delta with finish_reason and
+    usage, yielded at [DONE] (or at the end of the body once a finish_reason was seen)."""
+    finish: str | None = None
+    usage: dict[str, Any] = {}
+    async for line in resp.aiter_lines():
+        if not line.startswith("data:"):
+            continue  # blank separators, ": keep-alive" comments, event names
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise UpstreamError(
+                502, f"malformed event from upstream: {data[:200]!r}", "upstream_error"
+            ) from None
+        if chunk.get("error"):
+            raise _event_error(chunk["error"])
+        usage = chunk.get("usage") or usage
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            text = (choice.get("delta") or {}).get("content")
+            if text:
+                yield Delta(text=text)
+            finish = choice.get("finish_reason") or finish
+    else:
+        if finish is None:
+            raise UpstreamError(502, "upstream ended the stream mid-answer", "upstream_error")
+    yield Delta(
+        finish_reason=finish or "stop",
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+    )
+
+
+# OpenAI error types -> the HTTP status they imply (an SSE error event carries no status).
+_TYPE_STATUS = {"invalid_request_error": 400, "rate_limit_error": 429, "service_unavailable": 503}
+
+
+def _event_error(err: Any) -> UpstreamError:
+    """An error event in the stream: vLLM puts the status in `code`, we in `type`."""
+    err = err if isinstance(err, dict) else {"message": str(err)}
+    code = err.get("code")
+    if isinstance(code, int) and 400 <= code < 600:
+        status, code = code, None
+    else:
+        status = _TYPE_STATUS.get(str(err.get("type")), 502)
+    message = str(err.get("message") or "upstream error")
+    return UpstreamError(status, message, "upstream_error", code if isinstance(code, str) else None)
+
+
+def _http_error(resp: httpx.Response) -> UpstreamError:
+    """A 4xx from the server, passed through with its OpenAI error fields."""
+    try:
+        err = resp.json().get("error")
+    except (ValueError, AttributeError):
+        err = None
+    if not isinstance(err, dict):
+        err = {"message": resp.text[:500] or f"HTTP {resp.status_code}"}
+    code = err.get("code")
+    retry_after = None
+    if resp.status_code == 429:
+        with contextlib.suppress(ValueError):
+            retry_after = max(1, math.ceil(float(resp.headers.get("retry-after", ""))))
+    return UpstreamError(
+        resp.status_code,
+        str(err.get("message") or f"HTTP {resp.status_code}"),
+        type=str(err.get("type") or "invalid_request_error"),
+        code=code if isinstance(code, str) else None,
+        param=err.get("param") if isinstance(err.get("param"), str) else None,
+        retry_after=retry_after,
+    )

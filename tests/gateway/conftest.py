@@ -1,0 +1,83 @@
+"""One cache-on gateway (embedded Redis Stack, bundled model) per test session,
+with two tenants' API keys and a fixed admin key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.servers import MODEL, Server
+
+ALICE, BOB, ADMIN = "sk-alice-test", "sk-bob-test", "sk-admin-test"
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    redis_dir = tmp_path_factory.mktemp("gateway-redis")
+    server = Server(
+        [
+            "--redis-data-dir", str(redis_dir),
+            "--api-keys", f"{ALICE}:alice,{BOB}:bob",
+            "--admin-key", ADMIN,
+        ]
+    )  # fmt: skip
+    server.start()
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def alice(gateway: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=ALICE, max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def bob(gateway: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=BOB, max_retries=0)
+
+
+@pytest.fixture
+def admin(gateway: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(
+        base_url=gateway.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60
+    ) as client:
+        yield client
+
+
+@pytest.fixture
+def http(gateway: Server) -> Iterator[httpx.Client]:
+    """Raw HTTP as alice, for what the SDK hides (headers, framing, error bodies)."""
+    with httpx.Client(
+        base_url=gateway.url, headers={"Authorization": f"Bearer {ALICE}"}, timeout=120
+    ) as client:
+        yield client
+
+
+@pytest.fixture
+def fresh(admin: httpx.Client) -> None:
+    """Starts a test with alice's and bob's cache entries flushed."""
+    for tenant in ("alice", "bob"):
+        admin.delete("/admin/cache", params={"tenant": tenant}).raise_for_status()
+
+
+# Keeps the small model's answers short, so they end with "stop" within max_tokens.
+SYSTEM = "Answer in one short sentence."
+
+
+def messages(question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+
+def chat_body(question: str, **kw: object) -> dict[str, object]:
+    return {
+        "model": MODEL,
+        "messages": messages(question),
+        "temperature": 0,
+        "max_tokens": 96,
+        **kw,
+    }

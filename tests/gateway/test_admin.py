@@ -1,0 +1,135 @@
+"""The admin API: keys, thresholds, stats, entries and dry-run lookups, over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.conftest import ALICE, SYSTEM, messages
+from tests.gateway.servers import MODEL, Server
+
+pytestmark = pytest.mark.usefixtures("fresh")
+
+
+@pytest.fixture
+def restore_threshold(admin: httpx.Client) -> Iterator[None]:
+    before = admin.get("/admin/cache/threshold").json()
+    yield
+    admin.put("/admin/cache/threshold", json=before).raise_for_status()
+
+
+def status_of(client: openai.OpenAI, question: str) -> str:
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages(question), temperature=0, max_tokens=96
+    )
+    return raw.headers["x-cache-status"]
+
+
+@pytest.mark.parametrize(
+    ("key", "status"), [(None, 401), ("sk-wrong", 401), (ALICE, 403)], ids=["none", "wrong", "chat"]
+)
+def test_admin_refuses_without_the_admin_key(gateway: Server, key: str | None, status: int):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    for method, path in (("GET", "/admin/cache/stats"), ("DELETE", "/admin/cache")):
+        response = httpx.request(method, gateway.url + path, headers=headers)
+        assert response.status_code == status
+        assert response.json()["error"]["type"] in ("authentication_error", "permission_error")
+
+
+def test_threshold_changes_take_effect_on_the_next_request(
+    admin: httpx.Client, alice: openai.OpenAI, restore_threshold: None
+):
+    assert status_of(alice, "How many legs does a spider have?") == "Miss"
+    assert status_of(alice, "How many legs do spiders have?") == "Hit"
+    strict = admin.put("/admin/cache/threshold", json={"default": 0.995})
+    assert strict.status_code == 200 and strict.json()["default"] == 0.995
+    assert status_of(alice, "Spiders have how many legs?") == "Miss"
+    per_tenant = admin.put("/admin/cache/threshold", json={"per_tenant": {"alice": 0.8}})
+    assert per_tenant.json() == {"default": 0.995, "per_model": {}, "per_tenant": {"alice": 0.8}}
+    assert status_of(alice, "How many legs do spiders have?") == "Hit"
+
+
+@pytest.mark.parametrize(
+    "body", [{"default": 1.5}, {"default": -0.1}, {"per_model": {MODEL: 2}}, {"default": "high"}]
+)
+def test_threshold_is_validated(admin: httpx.Client, body: dict[str, object]):
+    before = admin.get("/admin/cache/threshold").json()
+    response = admin.put("/admin/cache/threshold", json=body)
+    assert response.status_code in (400, 422)
+    assert response.json()["error"]["message"]
+    assert admin.get("/admin/cache/threshold").json() == before  # nothing half-applied
+
+
+def test_seed_list_get_delete_and_flush(admin: httpx.Client, alice: openai.OpenAI):
+    seeded = admin.post(
+        "/admin/cache/entries",
+        json={
+            "question": "What is the speed of light?",
+            "answer": "About 299,792 km per second.",
+            "tenant": "alice",
+            "context": [{"role": "system", "content": SYSTEM}],
+            "ttl": 600,
+        },
+    )
+    assert seeded.status_code == 201, seeded.text
+    entry = seeded.json()
+    raw = alice.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages("How fast does light travel?"), temperature=0
+    )
+    assert raw.headers["x-cache-status"] == "Hit"
+    assert raw.headers["x-cache-entry"] == entry["id"]
+    assert raw.parse().choices[0].message.content == "About 299,792 km per second."
+
+    listing = admin.get("/admin/cache/entries", params={"tenant": "alice", "q": "light"}).json()
+    assert listing["total"] == 1 and listing["data"][0]["id"] == entry["id"]
+    assert admin.get("/admin/cache/entries", params={"tenant": "bob"}).json()["total"] == 0
+    got = admin.get(f"/admin/cache/entries/{entry['id']}").json()
+    assert got["hits"] >= 1 and 0 < got["ttl"] <= 600
+
+    assert admin.delete(f"/admin/cache/entries/{entry['id']}").status_code == 204
+    missing = admin.delete(f"/admin/cache/entries/{entry['id']}")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+    for question in ("One?", "Two?"):
+        body = {"question": question, "answer": "x", "tenant": "bob"}
+        admin.post("/admin/cache/entries", json=body).raise_for_status()
+    assert admin.delete("/admin/cache", params={"tenant": "bob"}).json() == {"deleted": 2}
+
+
+def test_seed_rejects_empty_answers(admin: httpx.Client):
+    response = admin.post("/admin/cache/entries", json={"question": "Q?", "answer": " "})
+    assert response.status_code == 400
+
+
+def test_dry_run_lookup_explains_the_verdict(admin: httpx.Client, alice: openai.OpenAI):
+    assert status_of(alice, "Who wrote Pride and Prejudice?") == "Miss"
+    stats_before = admin.get("/admin/cache/stats").json()
+
+    def lookup(question: str) -> dict[str, object]:
+        body = {"messages": messages(question), "tenant": "alice"}
+        response = admin.post("/admin/cache/lookup", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    near = lookup("When was Pride and Prejudice written?")
+    assert near["would_hit"] is False
+    best = near["candidates"][0]
+    assert best["above_threshold"] is True
+    assert best["guard"]["ok"] is False and best["guard"]["rule"] == "question_type"
+    para = lookup("Who is the author of Pride and Prejudice?")
+    assert para["would_hit"] is True and para["hit"]["similarity"] >= para["threshold"]
+    assert admin.get("/admin/cache/stats").json()["lookups"] == stats_before["lookups"]
+
+
+def test_stats_count_hits_and_misses(admin: httpx.Client, alice: openai.OpenAI):
+    before = admin.get("/admin/cache/stats").json()
+    status_of(alice, "What is the boiling point of water at sea level?")
+    status_of(alice, "At sea level, what temperature does water boil at?")
+    after = admin.get("/admin/cache/stats").json()
+    assert after["lookups"] - before["lookups"] == 2
+    assert after["misses"] - before["misses"] == 1
+    assert after["hits_semantic"] - before["hits_semantic"] == 1
+    assert sum(after["best_similarity_histogram"]["counts"]) > 0

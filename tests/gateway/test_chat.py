@@ -1,0 +1,186 @@
+"""The chat endpoint over real HTTP, driven by the official openai SDK (sync and async,
+streaming and not) and LangChain, against the session's gateway process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.conftest import ALICE, chat_body, messages
+from tests.gateway.servers import MODEL, Server
+
+pytestmark = pytest.mark.usefixtures("fresh")
+
+
+def ask(client: openai.OpenAI, question: str, **kw: object):
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=messages(question),
+        temperature=0,
+        max_tokens=96,
+        **kw,
+    )
+    return raw.parse(), raw.headers
+
+
+def test_miss_then_paraphrase_hit_then_near_miss(alice: openai.OpenAI):
+    first, h1 = ask(alice, "How many legs does a spider have?")
+    assert h1["x-cache-status"] == "Miss"
+    assert first.object == "chat.completion" and first.choices[0].finish_reason == "stop"
+    assert first.usage.completion_tokens > 0 and first.usage.prompt_tokens > 0
+    assert first.id.startswith("chatcmpl-") and first.model == MODEL
+
+    again, h2 = ask(alice, "How many legs do spiders have?")
+    assert h2["x-cache-status"] == "Hit"
+    assert again.choices[0].message.content == first.choices[0].message.content
+    assert again.usage.completion_tokens == first.usage.completion_tokens
+    assert float(h2["x-cache-similarity"]) >= 0.7
+    assert h2["x-cache-entry"] and int(h2["age"]) >= 0
+    assert again.id != first.id
+
+    near, h3 = ask(alice, "How many legs does an ant have?")
+    assert h3["x-cache-status"] == "Miss"  # similar words, different question: the guard
+    assert "x-cache-entry" not in h3
+    assert near.choices[0].message.content
+
+
+def test_async_streaming_miss_and_hit_replay(gateway: Server):
+    async def main() -> tuple[list[str], list[str], str]:
+        client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key=ALICE, max_retries=0)
+        statuses, texts = [], []
+        for question in (
+            "Who wrote Pride and Prejudice?",
+            "Who is the author of Pride and Prejudice?",
+        ):
+            raw = await client.chat.completions.with_raw_response.create(
+                model=MODEL,
+                messages=messages(question),
+                temperature=0,
+                max_tokens=96,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            statuses.append(raw.headers["x-cache-status"])
+            stream = raw.parse()
+            text, usage, finish = "", None, None
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for choice in chunk.choices:
+                    text += choice.delta.content or ""
+                    finish = choice.finish_reason or finish
+            assert usage is not None and usage.completion_tokens > 0
+            assert finish == "stop"
+            texts.append(text)
+        plain = await client.chat.completions.create(
+            model=MODEL,
+            messages=messages("Who wrote Pride and Prejudice?"),
+            max_tokens=96,
+            temperature=0,
+        )
+        return statuses, texts, plain.choices[0].message.content or ""
+
+    statuses, texts, plain = asyncio.run(main())
+    assert statuses == ["Miss", "Hit"]
+    assert texts[0] and texts[0] == texts[1] == plain  # a hit replays in either form
+
+
+def test_sse_framing(http: httpx.Client):
+    body = chat_body("Name a primary colour.", stream=True, stream_options={"include_usage": True})
+    with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-request-id"]
+        lines = [line for line in response.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines)
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert len({c["id"] for c in chunks}) == 1
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert len(finals) == 1 and finals[0]["choices"][0]["delta"] == {}
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+    assert content.strip()
+
+
+def test_tenants_never_share_answers(alice: openai.OpenAI, bob: openai.OpenAI):
+    _, h = ask(alice, "What is the boiling point of water at sea level?")
+    assert h["x-cache-status"] == "Miss"
+    _, h = ask(bob, "What is the boiling point of water at sea level?")
+    assert h["x-cache-status"] == "Miss"
+    _, h = ask(bob, "At sea level, what temperature does water boil at?")
+    assert h["x-cache-status"] == "Hit"  # bob's own entry
+
+
+def test_cache_control_directives(http: httpx.Client, admin: httpx.Client):
+    question = "What is the largest planet in the solar system?"
+
+    def post(cache_control: str | None) -> httpx.Response:
+        headers = {"Cache-Control": cache_control} if cache_control else {}
+        response = http.post("/v1/chat/completions", json=chat_body(question), headers=headers)
+        assert response.status_code == 200, response.text
+        return response
+
+    assert post("no-store").headers["x-cache-status"] == "Bypass"
+    assert admin.get("/admin/cache/entries", params={"tenant": "alice"}).json()["total"] == 0
+    assert post("no-cache, max-age=120").headers["x-cache-status"] == "Bypass"  # stored anyway
+    entries = admin.get("/admin/cache/entries", params={"tenant": "alice"}).json()["data"]
+    assert len(entries) == 1 and 0 < entries[0]["ttl"] <= 120
+    assert post(None).headers["x-cache-status"] == "Hit"
+    assert post("no-cache").headers["x-cache-status"] == "Bypass"
+    bad = http.post(
+        "/v1/chat/completions", json=chat_body(question), headers={"Cache-Control": "max-age=x"}
+    )
+    assert bad.status_code == 400 and "max-age" in bad.json()["error"]["message"]
+
+
+def test_policy_bypasses_hot_sampling(http: httpx.Client):
+    body = chat_body("Tell me a surprising fact.", temperature=1.5)
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    assert response.headers["x-cache-status"] == "Bypass"
+
+
+def test_concurrent_equivalent_misses_share_one_answer(gateway: Server):
+    """Two identical questions at once: one runs on the engine, the other follows it."""
+    results: list[httpx.Response] = []
+
+    def post() -> None:
+        with httpx.Client(headers={"Authorization": f"Bearer {ALICE}"}, timeout=120) as c:
+            body = chat_body("Describe the water cycle.")
+            results.append(c.post(gateway.url + "/v1/chat/completions", json=body))
+
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status_code for r in results] == [200, 200]
+    assert {r.headers["x-cache-status"] for r in results} == {"Miss"}
+    assert sorted(r.headers.get("x-cache-coalesced", "") for r in results) == ["", "true"]
+    texts = {r.json()["choices"][0]["message"]["content"] for r in results}
+    assert len(texts) == 1
+
+
+def test_langchain_chat_openai(gateway: Server):
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(
+        base_url=gateway.url + "/v1",
+        api_key=ALICE,
+        model=MODEL,
+        temperature=0,
+        max_tokens=96,
+        max_retries=0,
+    )
+    answer = llm.invoke("What is the capital of France?")
+    assert "Paris" in answer.content
+    streamed = "".join(str(chunk.content) for chunk in llm.stream("What is the capital of France?"))
+    assert streamed == answer.content  # the second call is a cache hit, replayed as a stream

@@ -1,0 +1,159 @@
+"""Every error path answers in the OpenAI error shape with the right status, through the
+openai SDK's exception classes and raw HTTP."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.conftest import ALICE, chat_body, messages
+from tests.gateway.servers import MODEL, Server
+
+
+def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    if code is not None:
+        assert error["code"] == code
+    assert response.headers["x-request-id"]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "param"),
+    [
+        (b'{"model": "x", "messages": [', 400, None),
+        (b"", 400, None),
+        (b'{"model": 3, "messages": []}', 422, "model"),
+        (b'{"model": "m", "messages": "hello"}', 422, "messages"),
+        (b'{"messages": []}', 422, None),
+        (b'{"model": "m", "messages": [{"role": "robot", "content": "x"}]}', 422, None),
+    ],
+    ids=["malformed", "empty-body", "wrong-type", "messages-not-list", "no-model", "bad-role"],
+)
+def test_malformed_and_mistyped_bodies(
+    http: httpx.Client, content: bytes, status: int, param: str | None
+):
+    response = http.post(
+        "/v1/chat/completions", content=content, headers={"content-type": "application/json"}
+    )
+    error = assert_error(response, status)
+    assert error["type"] == "invalid_request_error"
+    if param:
+        assert error["param"] == param
+
+
+@pytest.mark.parametrize(
+    ("overrides", "param"),
+    [
+        ({"messages": []}, "messages"),
+        ({"n": 2}, "n"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"logprobs": True}, "logprobs"),
+        ({"temperature": 3}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+    ],
+    ids=["empty-messages", "n", "tools", "logprobs", "temperature", "max-tokens", "stop", "image"],
+)
+def test_values_the_engine_cannot_honour(http: httpx.Client, overrides: dict, param: str):
+    response = http.post("/v1/chat/completions", json=chat_body("Hi", **overrides))
+    assert assert_error(response, 400)["param"] == param
+
+
+def test_sdk_raises_the_matching_exceptions(alice: openai.OpenAI, gateway: Server):
+    with pytest.raises(openai.NotFoundError) as not_found:
+        alice.chat.completions.create(model="gpt-4o", messages=messages("Hi"))
+    assert not_found.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as too_long:
+        alice.chat.completions.create(model=MODEL, messages=messages("hello " * 9000))
+    assert too_long.value.code == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError):
+        alice.chat.completions.create(model=MODEL, messages=messages("Hi"), max_tokens=10_000)
+    anonymous = openai.OpenAI(base_url=gateway.url + "/v1", api_key="sk-nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        anonymous.chat.completions.create(model=MODEL, messages=messages("Hi"))
+
+
+def test_missing_key_and_oversized_body(gateway: Server, http: httpx.Client):
+    missing = httpx.post(gateway.url + "/v1/chat/completions", json=chat_body("Hi"))
+    assert assert_error(missing, 401)["type"] == "authentication_error"
+    huge = {**chat_body("Hi"), "padding": "x" * (5 * 1024 * 1024)}
+    assert_error(http.post("/v1/chat/completions", json=huge), 413)
+
+
+def test_unknown_route_and_method(http: httpx.Client):
+    assert_error(http.get("/v1/nothing-here"), 404)
+    assert_error(http.get("/v1/chat/completions"), 405)
+
+
+def test_models(alice: openai.OpenAI, http: httpx.Client):
+    assert [m.id for m in alice.models.list()] == [MODEL]
+    assert alice.models.retrieve(MODEL).id == MODEL
+    assert_error(http.get("/v1/models/not-a-model"), 404, "model_not_found")
+
+
+def test_health_ready_schema_and_request_ids(gateway: Server):
+    assert httpx.get(gateway.url + "/health").json() == {"status": "ok"}
+    ready = httpx.get(gateway.url + "/ready")
+    assert ready.status_code == 200 and ready.json()["models"] == [MODEL]
+    schema = httpx.get(gateway.url + "/schema/openapi.json").json()
+    assert "/v1/chat/completions" in schema["paths"] and "/admin/cache/threshold" in schema["paths"]
+    given = httpx.get(gateway.url + "/health", headers={"x-request-id": "trace-42"})
+    assert given.headers["x-request-id"] == "trace-42"
+
+
+def test_metrics_follow_vllm_names(gateway: Server, alice: openai.OpenAI):
+    alice.chat.completions.create(model=MODEL, messages=messages("Say hi."), max_tokens=8)
+    text = httpx.get(gateway.url + "/metrics").text
+    for name in (
+        "semgate_time_to_first_token_seconds_bucket",
+        "semgate_inter_token_latency_seconds_bucket",
+        "semgate_e2e_request_latency_seconds_bucket",
+        "semgate_num_requests_running",
+        "semgate_num_requests_waiting",
+        "semgate_kv_cache_usage_perc",
+        "semgate_prefix_cache_queries_total",
+        "semgate_prefix_cache_hits_total",
+        "semgate_cache_hits_total",
+        "semgate_cache_misses_total",
+        "semgate_cache_bypasses_total",
+        "semgate_cache_coalesced_total",
+    ):
+        assert name in text, name
+    assert 'cache_status="miss"' in text
+
+
+def metric(gateway: Server, name: str) -> float:
+    for line in httpx.get(gateway.url + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def test_disconnect_mid_stream_frees_the_engine_blocks(gateway: Server):
+    import time
+
+    body = chat_body("Tell a story.", stream=True, max_tokens=2000, ignore_eos=True)
+    headers = {"Authorization": f"Bearer {ALICE}", "Cache-Control": "no-store"}
+    with (
+        httpx.Client(timeout=60) as client,
+        client.stream(
+            "POST", gateway.url + "/v1/chat/completions", json=body, headers=headers
+        ) as r,
+    ):
+        lines = r.iter_lines()
+        received = [next(lines) for _ in range(6)]
+        assert all(line.startswith("data: ") or not line for line in received)
+        assert metric(gateway, "semgate_num_requests_running") == 1
+        assert metric(gateway, "semgate_kv_cache_usage_perc") > 0
+    # Leaving the `with` closes the connection mid-answer: the engine must let go at once.
+    deadline = time.monotonic() + 10
+    while metric(gateway, "semgate_num_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert metric(gateway, "semgate_num_requests_running") == 0
+    assert metric(gateway, "semgate_kv_cache_usage_perc") == 0

@@ -1,0 +1,217 @@
+"""HttpUpstream against real engine servers (`semgate serve --no-cache` subprocesses)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import signal
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from gateway.upstream.base import ChatJob, Delta, UpstreamError
+from gateway.upstream.http import HttpUpstream
+from tests.gateway.servers import MODEL, Server, free_port
+
+MAX_MODEL_LEN = 512
+ENGINE_ARGS = ["--no-cache", "--num-threads", "1", "--max-model-len", str(MAX_MODEL_LEN)]
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[list[Server]]:
+    """Two engine servers, loading their models at the same time."""
+    pair = [Server(ENGINE_ARGS) for _ in range(2)]
+    try:
+        for server in pair:
+            server.start()
+        for server in pair:
+            server.wait_ready(timeout=120)
+        yield pair
+    finally:
+        for server in pair:
+            server.stop()
+
+
+@contextlib.asynccontextmanager
+async def pool(urls: list[str], **kwargs: float) -> AsyncIterator[HttpUpstream]:
+    upstream = HttpUpstream(urls, **kwargs)
+    await upstream.start()
+    try:
+        yield upstream
+    finally:
+        await upstream.close()
+
+
+def job(upstream: HttpUpstream, question: str = "What is the capital of France?", **kw) -> ChatJob:
+    params = {"max_tokens": 16, "temperature": 0.0, **kw}
+    messages = [{"role": "user", "content": question}]
+    return ChatJob(request_id="t", model=upstream.models()[0], messages=messages, **params)
+
+
+async def collect(upstream: HttpUpstream, chat: ChatJob) -> list[Delta]:
+    return [delta async for delta in upstream.stream(chat)]
+
+
+def answer(deltas: list[Delta]) -> str:
+    return "".join(d.text for d in deltas)
+
+
+def check_complete(deltas: list[Delta]) -> None:
+    """Text deltas, then exactly one final delta with finish_reason and usage."""
+    assert [d.finish_reason is not None for d in deltas].count(True) == 1
+    final = deltas[-1]
+    assert final.finish_reason in ("stop", "length")
+    assert final.prompt_tokens and final.prompt_tokens > 5
+    assert final.completion_tokens and 0 < final.completion_tokens <= 16
+    assert answer(deltas).strip()
+
+
+def dead_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def answered_by(caplog: pytest.LogCaptureFixture) -> list[int]:
+    """Ports that got a chat request, from httpx's own request log."""
+    lines = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    found = (re.search(r"POST http://127\.0\.0\.1:(\d+)/v1/chat/completions", m) for m in lines)
+    return [int(m.group(1)) for m in found if m]
+
+
+def test_streams_deltas_then_one_final_delta_with_usage(servers):
+    async def main() -> list[Delta]:
+        async with pool([servers[0].url]) as upstream:
+            assert upstream.ready()
+            assert upstream.gauges() is None
+            return await collect(upstream, job(upstream))
+
+    deltas = asyncio.run(main())
+    check_complete(deltas)
+    assert len(deltas) > 3  # passed through token by token, not in one piece
+    assert "Paris" in answer(deltas)
+
+
+def test_greedy_answers_match_and_round_robin_uses_both(servers, caplog):
+    caplog.set_level(logging.INFO, logger="httpx")
+
+    async def main() -> tuple[str, str, list[str]]:
+        async with pool([servers[0].url]) as one, pool([servers[1].url]) as two:
+            first = answer(await collect(one, job(one)))
+            second = answer(await collect(two, job(two)))
+        async with pool([s.url for s in servers]) as both:
+            caplog.clear()
+            answers = [answer(await collect(both, job(both))) for _ in range(4)]
+        return first, second, answers
+
+    first, second, answers = asyncio.run(main())
+    assert first == second
+    assert answers == [first] * 4
+    assert sorted(answered_by(caplog)) == sorted([s.port for s in servers] * 2)
+
+
+def test_dead_url_is_unhealthy_and_requests_go_to_the_live_one(servers):
+    async def main() -> list[list[Delta]]:
+        async with pool([dead_url(), servers[0].url]) as upstream:
+            assert upstream.ready()
+            assert [s.healthy for s in upstream._servers] == [False, True]
+            assert upstream.models() == [MODEL]
+            return [await collect(upstream, job(upstream)) for _ in range(3)]
+
+    for deltas in asyncio.run(main()):
+        check_complete(deltas)
+
+
+def test_too_long_prompt_passes_the_400_through(servers):
+    async def main() -> None:
+        async with pool([servers[0].url]) as upstream:
+            with pytest.raises(UpstreamError) as info:
+                await collect(upstream, job(upstream, "hello " * (2 * MAX_MODEL_LEN)))
+            assert info.value.status == 400
+            assert info.value.type == "invalid_request_error"
+            assert info.value.code == "context_length_exceeded"
+            assert "context" in info.value.message or "token" in info.value.message
+            assert [s.healthy for s in upstream._servers] == [True]  # not the server's fault
+
+    asyncio.run(main())
+
+
+def test_all_dead_is_503_with_retry_after():
+    async def main() -> None:
+        async with pool([dead_url(), dead_url()], health_interval=2.0) as upstream:
+            assert not upstream.ready()
+            assert upstream.models() == []
+            chat = ChatJob(request_id="t", model="m", messages=[{"role": "user", "content": "hi"}])
+            with pytest.raises(UpstreamError) as info:
+                await collect(upstream, chat)
+            assert info.value.status == 503
+            assert info.value.code == "upstream_unavailable"
+            assert info.value.retry_after == 2
+            assert info.value.message.startswith("no healthy upstream")
+
+    asyncio.run(main())
+
+
+def running(server: Server) -> float:
+    """Requests in the server's engine batch, from its /metrics."""
+    text = httpx.get(server.url + "/metrics", timeout=5).text
+    return float(re.search(r"^semgate_num_requests_running (\S+)$", text, re.M).group(1))
+
+
+def test_aclose_mid_stream_aborts_the_server_side_request(servers):
+    server = servers[0]
+
+    async def main() -> list[Delta]:
+        async with pool([server.url]) as upstream:
+            story = job(upstream, "Write a long story about a dragon.", max_tokens=400)
+            stream = upstream.stream(story)
+            got = [await anext(stream), await anext(stream)]
+            assert all(d.text and d.finish_reason is None for d in got)
+            assert running(server) == 1
+            await stream.aclose()
+            # The server saw the disconnect and dropped the request long before its
+            # 400 tokens would be done.
+            for _ in range(20):
+                if running(server) == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert running(server) == 0
+            return await collect(upstream, job(upstream))
+
+    check_complete(asyncio.run(main()))
+
+
+def test_killed_server_fails_over_and_comes_back_after_restart(servers, caplog):
+    caplog.set_level(logging.INFO, logger="httpx")
+    victim, survivor = servers
+    urls = [s.url for s in servers]
+
+    async def fail_over() -> None:
+        # A long health interval: the dead server is found by a request, which is retried.
+        async with pool(urls, health_interval=60.0) as upstream:
+            assert all(s.healthy for s in upstream._servers)
+            victim.stop(signal.SIGKILL)
+            caplog.clear()
+            for _ in range(2):  # round-robin sends one of the two to the dead server
+                check_complete(await collect(upstream, job(upstream)))
+            assert [s.healthy for s in upstream._servers] == [False, True]
+            assert answered_by(caplog) == [survivor.port] * 2
+
+    async def come_back() -> None:
+        async with pool(urls, health_interval=0.5) as upstream:
+            assert [s.healthy for s in upstream._servers] == [False, True]
+            victim.start()
+            await asyncio.to_thread(victim.wait_ready, 120)
+            for _ in range(20):
+                if upstream._servers[0].healthy:
+                    break
+                await asyncio.sleep(0.25)
+            assert upstream._servers[0].healthy
+            caplog.clear()
+            for _ in range(2):
+                check_complete(await collect(upstream, job(upstream)))
+            assert sorted(answered_by(caplog)) == sorted(s.port for s in servers)
+
+    asyncio.run(fail_over())
+    asyncio.run(come_back())

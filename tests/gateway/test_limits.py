@@ -1,0 +1,80 @@
+"""Per-key rate limits, the bounded engine queue and readiness, on a second gateway
+(cache off, one engine slot, no waiting room, 3 requests a minute per key)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.gateway.conftest import chat_body
+from tests.gateway.servers import Server
+
+KEYS = {"sk-limited": "t1", "sk-queue": "t2", "sk-other": "t3"}
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[Server]:
+    server = Server(
+        [
+            "--no-cache",
+            "--max-num-seqs", "1",
+            "--max-waiting", "0",
+            "--num-threads", "1",
+            "--rate-limit", "3/minute",
+            "--api-keys", ",".join(f"{k}:{t}" for k, t in KEYS.items()),
+        ]
+    )  # fmt: skip
+    server.start()
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()
+
+
+def post(server: Server, key: str, **kw: object) -> httpx.Response:
+    return httpx.post(
+        server.url + "/v1/chat/completions",
+        json=chat_body("Say yes.", max_tokens=4, **kw),
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=120,
+    )
+
+
+def test_ready_is_503_until_the_model_is_loaded(limited: Server):
+    assert limited.startup_statuses[-1] == 200
+    assert 503 in limited.startup_statuses  # it answered while the model was loading
+
+
+def test_rate_limit_is_per_api_key(limited: Server):
+    statuses = [post(limited, "sk-limited").status_code for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]
+    refused = post(limited, "sk-limited")
+    assert refused.status_code == 429
+    assert int(refused.headers["retry-after"]) > 0
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert post(limited, "sk-other").status_code == 200  # another key has its own budget
+
+
+def test_full_engine_queue_answers_429_at_once(limited: Server):
+    """One slot, no waiting room: a second request while one runs is refused, not queued."""
+    headers = {"Authorization": "Bearer sk-queue"}
+    body = chat_body("Count to ten.", max_tokens=1000, stream=True, ignore_eos=True)
+    with (
+        httpx.Client(timeout=120) as client,
+        client.stream(
+            "POST", limited.url + "/v1/chat/completions", json=body, headers=headers
+        ) as r,
+    ):
+        assert r.status_code == 200
+        lines = r.iter_lines()  # keep it: a collected iterator closes the connection
+        next(lines)  # the first request now holds the engine's only slot
+        busy: list[httpx.Response] = []
+        worker = threading.Thread(target=lambda: busy.append(post(limited, "sk-queue")))
+        worker.start()
+        worker.join(60)
+    assert busy[0].status_code == 429
+    assert busy[0].headers["retry-after"] == "1"
+    assert busy[0].json()["error"]["code"] == "engine_overloaded"

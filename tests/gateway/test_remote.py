@@ -1,0 +1,86 @@
+"""`semgate serve --upstream`: a cache-on gateway in front of a real engine server
+(`semgate serve --no-cache`), over real HTTP on both hops."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.conftest import chat_body, messages
+from tests.gateway.servers import MODEL, Server
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Server]:
+    server = Server(["--no-cache", "--num-threads", "1"]).start()
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def front(engine: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    redis_dir = tmp_path_factory.mktemp("front-redis")
+    server = Server(["--upstream", engine.url, "--redis-data-dir", str(redis_dir)]).start()
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()
+
+
+def test_misses_go_upstream_and_come_back_as_hits(front: Server):
+    client = openai.OpenAI(base_url=front.url + "/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list()] == [MODEL]
+
+    def ask(question: str) -> tuple[str, str]:
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages(question), temperature=0, max_tokens=96
+        )
+        return raw.parse().choices[0].message.content or "", raw.headers["x-cache-status"]
+
+    answer, status = ask("What is the capital of Italy?")
+    assert status == "Miss" and "Rome" in answer
+    assert ask("Which city is the capital of Italy?") == (answer, "Hit")
+
+
+def test_streaming_passes_through_token_by_token(front: Server, engine: Server):
+    body = chat_body("Name three fruits.", stream=True, max_tokens=24, ignore_eos=True)
+    with httpx.stream("POST", front.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line[6:].startswith("{")]
+    contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    assert len([c for c in contents if c]) >= 12  # about one chunk per token, not one blob
+
+
+def test_upstream_refusals_keep_their_status(front: Server):
+    body = chat_body("hello " * 9000)
+    response = httpx.post(front.url + "/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_engine_dying_mid_stream_is_an_error_event_not_a_truncation(front: Server, engine: Server):
+    """Runs last: it kills the module's engine server."""
+    body = chat_body("Tell a story.", stream=True, max_tokens=1000, ignore_eos=True)
+    headers = {"Cache-Control": "no-store"}
+    with httpx.stream(
+        "POST", front.url + "/v1/chat/completions", json=body, headers=headers, timeout=60
+    ) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        for _ in range(8):
+            next(lines)
+        engine.stop(signal.SIGKILL)
+        rest = [line for line in lines if line]
+    events = [json.loads(line[6:]) for line in rest if line[6:].startswith("{")]
+    assert "error" in events[-1], rest[-3:]
+    assert events[-1]["error"]["message"]
+    assert not any(e.get("choices") and e["choices"][0]["finish_reason"] for e in events)
+    after = httpx.post(front.url + "/v1/chat/completions", json=chat_body("Hi?"), timeout=60)
+    assert after.status_code == 503
+    assert after.json()["error"]["code"] == "upstream_unavailable"
