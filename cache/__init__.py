@@ -7,6 +7,7 @@ from cache.guard import Guard, Verdict
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.redis_server import EmbeddedRedis, RedisUnavailableError
 from cache.semantic_cache import CacheRuntime, LookupResult, SemanticCache
+from cache.shared_flight import FlightError, FlightLost, SharedFlights
 from cache.stats import CacheStats
 from cache.store import CacheEntry, CacheStore, Candidate
 from cache.thresholds import DEFAULT_THRESHOLD, Thresholds
@@ -25,11 +26,14 @@ __all__ = [
     "CompletionOutcome",
     "EmbeddedRedis",
     "Embedder",
+    "FlightError",
+    "FlightLost",
     "Guard",
     "LookupResult",
     "Pair",
     "RedisUnavailableError",
     "SemanticCache",
+    "SharedFlights",
     "Thresholds",
     "Verdict",
     "calibrate",

@@ -12,8 +12,9 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +25,7 @@ from cache.embedder import Embedder
 from cache.guard import Guard, Verdict
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.redis_server import EmbeddedRedis, check_redis_url
+from cache.shared_flight import Claim, Codec, FlightLost, SharedFlights, aclose
 from cache.singleflight import SingleFlight
 from cache.stats import CacheStats
 from cache.store import CacheEntry, CacheStore, Candidate
@@ -76,6 +78,7 @@ class SemanticCache:
         default_ttl: int | None = 7 * 24 * 3600,
         timeout: float = 1.0,
         candidates: int = 3,
+        shared_flights: SharedFlights | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -87,6 +90,7 @@ class SemanticCache:
         self.candidates = candidates
         self.stats = CacheStats()
         self.singleflight: SingleFlight[Any] = SingleFlight(self.guard)
+        self.shared_flights = shared_flights or SharedFlights(store.client, timeout=timeout)
         self._background: set[asyncio.Task[None]] = set()  # hit counters in flight
 
     def threshold_for(self, scope: CacheScope) -> float:
@@ -250,14 +254,20 @@ class SemanticCache:
         self,
         request: CacheRequest,
         lookup: LookupResult,
-        produce: Any,
+        produce: Callable[[], AsyncIterator[Any]],
         variant: Hashable = None,
+        codec: Codec | None = None,
     ) -> tuple[bool, AsyncIterator[Any]]:
         """On a miss: join an equivalent flight in progress (returns (False, stream)) or
         start one running `produce()` (returns (True, stream)). Only flights of the same
         `variant` are joined: callers put there what shapes the answer beyond the question
         (a length limit, stop sequences), so no one follows an answer cut shorter than
-        their own would be."""
+        their own would be.
+
+        With a `codec` (encode, decode of a chunk), flights are shared with other processes
+        over Redis too, for the same exact question and variant: the leader publishes its
+        chunks, a follower elsewhere decodes them live (and if that leader is lost before
+        its first chunk, runs `produce()` itself)."""
         scope, question = lookup.scope, lookup.question
         if scope is None or question is None:
             return True, produce()
@@ -267,8 +277,68 @@ class SemanticCache:
         if flight is not None:
             self.stats.coalesced += 1
             return False, flight.subscribe()
-        flight = self.singleflight.start(key, exact_key, question, lookup.vector, produce)
-        return True, flight.subscribe()
+        if codec is None:
+            flight = self.singleflight.start(key, exact_key, question, lookup.vector, produce)
+            return True, flight.subscribe()
+        # The local flight is registered before the claim's round trip, so equivalent
+        # requests in this process join it instead of claiming again; its source (which
+        # leads or follows the shared flight) awaits the same claim.
+        flight_id = SharedFlights.flight_id(exact_key, variant)
+        claiming = asyncio.ensure_future(self.shared_flights.claim(flight_id))
+        source = partial(self._shared_source, claiming, produce, codec)
+        flight = self.singleflight.start(key, exact_key, question, lookup.vector, source)
+        stream = flight.subscribe()
+        claim = await asyncio.shield(claiming)
+        if not claim.leader:
+            self.stats.coalesced += 1
+            self.stats.coalesced_remote += 1
+        return claim.leader, stream
+
+    async def _shared_source(
+        self,
+        claiming: asyncio.Future[Claim],
+        produce: Callable[[], AsyncIterator[Any]],
+        codec: Codec,
+    ) -> AsyncIterator[Any]:
+        claim = await claiming
+        encode, decode = codec
+        if not claim.leader:
+            stream = self._follow_remote(claim, decode, produce)
+        elif claim.shared:
+            stream = self.shared_flights.publish(claim, produce(), encode)
+        else:
+            stream = produce()
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            await aclose(stream)  # closing this flight's source aborts the upstream
+
+    async def _follow_remote(
+        self,
+        claim: Claim,
+        decode: Callable[[bytes], Any],
+        produce: Callable[[], AsyncIterator[Any]],
+    ) -> AsyncIterator[Any]:
+        """Another process's flight, decoded. Lost before its first chunk, this process
+        answers itself; lost after, the loss is this stream's error."""
+        followed = False
+        try:
+            async for payload in self.shared_flights.follow(claim):
+                followed = True
+                yield decode(payload)
+            return
+        except FlightLost as exc:
+            self.stats.errors["flight_lost"] += 1
+            if followed:
+                raise
+            log.warning("shared flight lost before its first chunk, answering here: %s", exc)
+        stream = produce()
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            await aclose(stream)
 
 
 class CacheRuntime:

@@ -34,6 +34,7 @@ class Flight(Generic[T]):
     done: bool = False
     error: BaseException | None = None
     listeners: int = 0
+    abandoned: bool = False  # every listener left: being cancelled, joinable no more
     task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -63,6 +64,7 @@ class Flight(Generic[T]):
         finally:
             self.listeners -= 1
             if self.listeners == 0 and not self.done and self.task is not None:
+                self.abandoned = True  # before cancel(): no one may join a dying flight
                 self.task.cancel()
 
 
@@ -83,6 +85,8 @@ class SingleFlight(Generic[T]):
         best: Flight[T] | None = None
         best_similarity = -1.0
         for flight in self._flights.get(scope, []):
+            if flight.abandoned:
+                continue
             if flight.exact_key == exact_key:
                 return flight
             if vector is None or flight.vector is None:
@@ -108,7 +112,20 @@ class SingleFlight(Generic[T]):
         flight: Flight[T] = Flight(scope, exact_key, text, vector)
         self._flights.setdefault(scope, []).append(flight)
         flight.task = asyncio.get_running_loop().create_task(self._run(flight, produce))
+        # Unregister when the task ends, however it ends (even cancelled before it ran).
+        flight.task.add_done_callback(lambda _: self._end(flight))
         return flight
+
+    def _end(self, flight: Flight[T]) -> None:
+        if not flight.done:  # cancelled before _run's first step
+            flight.done = True
+            flight.error = RuntimeError("upstream cancelled: every listener left")
+        flights = self._flights.get(flight.scope, [])
+        if flight in flights:
+            flights.remove(flight)
+        if not flights:
+            self._flights.pop(flight.scope, None)
+        flight._notify()
 
     async def _run(self, flight: Flight[T], produce: Callable[[], AsyncIterator[T]]) -> None:
         stream = produce()
@@ -124,11 +141,6 @@ class SingleFlight(Generic[T]):
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
             flight.done = True
-            flights = self._flights.get(flight.scope, [])
-            if flight in flights:
-                flights.remove(flight)
-            if not flights:
-                self._flights.pop(flight.scope, None)
             flight._notify()
 
     def in_flight(self) -> int:

@@ -20,7 +20,8 @@ class CacheStats:
     misses: int = 0
     bypasses: int = 0
     guard_rejections: int = 0
-    coalesced: int = 0
+    coalesced: int = 0  # in-process and cross-process
+    coalesced_remote: int = 0  # followed another process's flight through Redis
     stores: int = 0
     store_skips: int = 0
     errors: Counter[str] = field(default_factory=Counter)  # by kind: timeout, redis, embedder
@@ -50,6 +51,7 @@ class CacheStats:
             "guard_rejections": self.guard_rejections,
             "rejections_by_rule": dict(self.rejections_by_rule),
             "coalesced": self.coalesced,
+            "coalesced_remote": self.coalesced_remote,
             "stores": self.stores,
             "store_skips": self.store_skips,
             "errors": dict(self.errors),

@@ -29,9 +29,12 @@ VERSION = "0.1.0"
 
 
 def rate_limit_key(request: Request) -> str:
-    """Limits are per API key (hashed: keys never reach the store), else per address."""
+    """Limits are per configured API key (hashed: keys never reach the store), else per
+    address: made-up keys share their address's budget, so guessing keys is limited too
+    and cannot fill the store with buckets."""
     token = bearer_token(request)
-    if token is None:
+    keyring = request.app.state.runtime.keyring
+    if token is None or not keyring.known(token):
         return f"addr:{get_remote_address(request)}"
     return "key:" + hashlib.sha256(token.encode()).hexdigest()[:24]
 

@@ -41,6 +41,11 @@ class Keyring:
         """No API keys configured: chat is open to anyone who can reach the port."""
         return not self.api_keys
 
+    def known(self, token: str) -> bool:
+        """Whether the token is one of the configured keys (chat or admin)."""
+        keys = [*self.api_keys, self.admin_key]
+        return any([_matches(token, key) for key in keys])  # a list: compare them all
+
     def tenant_for(self, token: str | None) -> str:
         """The caller's tenant; raises 401 for a missing or unknown key."""
         if self.open:
@@ -72,7 +77,7 @@ class Keyring:
                 "authentication_error",
                 code="missing_api_key",
             )
-        if any(_matches(token, key) for key in self.api_keys):
+        if any([_matches(token, key) for key in self.api_keys]):  # a list: compare all
             raise APIError(
                 403, "this API key may not use the admin API", "permission_error", code="forbidden"
             )
@@ -83,11 +88,7 @@ async def admin_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     connection.app.state.runtime.keyring.check_admin(bearer_token(connection))
 
 
-async def chat_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+async def api_key_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """Authenticates before the body is read; the tenant goes into the request state."""
-    runtime = connection.app.state.runtime
-    connection.state.tenant = runtime.keyring.tenant_for(bearer_token(connection))
-    if not runtime.upstream.ready():
-        raise APIError(
-            503, f"not ready: {runtime.waiting_for()}", "service_unavailable", retry_after=2
-        )
+    keyring: Keyring = connection.app.state.runtime.keyring
+    connection.state.tenant = keyring.tenant_for(bearer_token(connection))

@@ -8,13 +8,25 @@ carries finish_reason and usage; the route renders it as JSON or SSE.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 
-from cache import CacheRequest, CompletionOutcome, LookupResult, SemanticCache
+import msgspec
+
+from cache import (
+    CacheRequest,
+    CompletionOutcome,
+    FlightError,
+    FlightLost,
+    LookupResult,
+    SemanticCache,
+)
 from cache.store import Candidate
+from gateway.early_start import EarlyStart
 from gateway.errors import APIError
 from gateway.metrics import GatewayMetrics
 from gateway.schemas import ChatCompletionRequest, ChatMessage
@@ -22,6 +34,8 @@ from gateway.upstream import ChatJob, Delta, Upstream
 
 MAX_STOP = 4
 MAX_SEED = 2**63 - 1
+# Flights are shared with other gateway processes through Redis as JSON deltas.
+DELTA_CODEC = (msgspec.json.encode, partial(msgspec.json.decode, type=Delta))
 
 
 @dataclass(frozen=True)
@@ -165,11 +179,17 @@ def to_job(request: ChatCompletionRequest, request_id: str, models: list[str]) -
 
 class ChatService:
     def __init__(
-        self, upstream: Upstream, cache: SemanticCache | None, metrics: GatewayMetrics
+        self,
+        upstream: Upstream,
+        cache: SemanticCache | None,
+        metrics: GatewayMetrics,
+        early_start: bool = True,
     ) -> None:
         self.upstream = upstream
         self.cache = cache
         self.metrics = metrics
+        self.early_start = early_start  # start the upstream while the cache is asked
+        self._stores: set[asyncio.Task[object]] = set()
 
     async def answer(
         self, request: ChatCompletionRequest, tenant: str, directives: CacheDirectives
@@ -184,30 +204,55 @@ class ChatService:
             temperature=job.temperature,
         )
         lookup: LookupResult | None = None
+        early: EarlyStart | None = None
         if self.cache is not None and directives.lookup:
-            lookup = await self.cache.lookup(cache_request)
+            if self.early_start:
+                early = EarlyStart(self.upstream.stream(job))
+            try:
+                lookup = await self.cache.lookup(cache_request)
+            except BaseException:
+                if early is not None:
+                    await early.cancel()
+                raise
             if lookup.hit is not None and self._servable(lookup.hit, job):
+                if early is not None:
+                    await early.cancel()
                 return self._replay(answer_id, job, lookup.hit, started)
-        store = self.cache is not None and directives.store
+        # An answer cut at one of this request's stop sequences also ends with "stop",
+        # but it is not the whole answer to the question: never store those.
+        store = self.cache is not None and directives.store and not job.stop
         # "miss" means the cache was asked (a failed lookup is a miss: fail open).
         status = "miss" if lookup is not None and lookup.status != "bypass" else "bypass"
         headers = {}
 
         def produce() -> AsyncIterator[Delta]:
-            return self._produce(job, cache_request, lookup, store, directives.ttl)
+            # The early start, unless it was given up for a flight that then got lost.
+            if early is not None and not early.cancelled:
+                source = early.deltas()
+            else:
+                source = self.upstream.stream(job)
+            return self._produce(source, cache_request, lookup, store, directives.ttl)
 
         if status == "miss" and self.cache is not None:
             variant = (job.max_tokens, tuple(job.stop), job.ignore_eos)
             leader, deltas = await self.cache.follow_or_lead(
-                cache_request, lookup, produce, variant
+                cache_request, lookup, produce, variant, DELTA_CODEC
             )
             if not leader:
                 headers["X-Cache-Coalesced"] = "true"
+                deltas = _flight_errors(deltas)
+                if early is not None:
+                    await early.cancel()  # the flight we follow does the work
         else:
             deltas = produce()
         first = await _first(deltas)  # raises the upstream's refusal as an APIError
         timed = self._timed(_chain(first, deltas), status, started)
         return Answer(answer_id, job.model, int(time.time()), status, timed, headers)
+
+    @property
+    def pending_stores(self) -> int:
+        """Answers still being written to the cache (they finish after their response)."""
+        return len(self._stores)
 
     @staticmethod
     def _servable(hit: Candidate, job: ChatJob) -> bool:
@@ -230,8 +275,8 @@ class ChatService:
             yield Delta(entry.response)
             yield Delta(
                 finish_reason="stop",
-                prompt_tokens=int(entry.metadata.get("prompt_tokens", 0)),
-                completion_tokens=int(entry.metadata.get("completion_tokens", 0)),
+                prompt_tokens=int(entry.metadata.get("prompt_tokens") or 0),
+                completion_tokens=int(entry.metadata.get("completion_tokens") or 0),
             )
 
         timed = self._timed(deltas(), "hit", started)
@@ -239,41 +284,66 @@ class ChatService:
 
     async def _produce(
         self,
-        job: ChatJob,
+        source: AsyncIterator[Delta],
         cache_request: CacheRequest,
         lookup: LookupResult | None,
         store: bool,
         ttl: int | None,
     ) -> AsyncIterator[Delta]:
-        """The upstream's answer, teed: once the last delta has been handed on, the answer
-        is stored (about a millisecond, before the stream ends). Runs inside the
-        single-flight task when there is one, so a flight ends only once its answer is in
-        the cache, and requests arriving after it hit instead of starting another."""
+        """The upstream's answer, teed into the cache. The store starts in the background
+        as the final delta arrives, before it is handed on: the client's response ends
+        without waiting for Redis, and a consumer that stops at the final delta cannot
+        cancel the store. Inside a single-flight task the flight also waits for the
+        store, so requests arriving after it hit the cache instead of starting again."""
         parts: list[str] = []
-        final: Delta | None = None
-        async for delta in self.upstream.stream(job):
-            parts.append(delta.text)
-            if delta.finish_reason is not None:
-                final = delta
-            yield delta
-        if final is None:
-            return
+        stored: asyncio.Task[object] | None = None
+        try:
+            async for delta in source:
+                parts.append(delta.text)
+                if delta.finish_reason is not None:
+                    stored = self._finish(delta, "".join(parts), cache_request, lookup, store, ttl)
+                yield delta
+        finally:
+            await source.aclose()  # type: ignore[attr-defined]  # leaving early aborts it
+        if stored is not None:
+            await asyncio.shield(stored)
+
+    def _finish(
+        self,
+        final: Delta,
+        text: str,
+        cache_request: CacheRequest,
+        lookup: LookupResult | None,
+        store: bool,
+        ttl: int | None,
+    ) -> asyncio.Task[object] | None:
+        """Counts the upstream's tokens and starts storing the answer (policy permitting)."""
         self.metrics.prompt_tokens.inc(final.prompt_tokens or 0)
         self.metrics.generation_tokens.inc(final.completion_tokens or 0)
-        if store and self.cache is not None:
-            outcome = CompletionOutcome("".join(parts), final.finish_reason)
-            usage = {
-                "prompt_tokens": final.prompt_tokens,
-                "completion_tokens": final.completion_tokens,
-            }
-            vector = lookup.vector if lookup is not None else None
-            await self.cache.store_answer(cache_request, outcome, vector, ttl, usage)
+        if not store or self.cache is None:
+            return None
+        outcome = CompletionOutcome(text, final.finish_reason)
+        counts = {
+            "prompt_tokens": final.prompt_tokens,
+            "completion_tokens": final.completion_tokens,
+        }
+        usage = {name: n for name, n in counts.items() if n is not None}
+        vector = lookup.vector if lookup is not None else None
+        task = asyncio.get_running_loop().create_task(
+            self.cache.store_answer(cache_request, outcome, vector, ttl, usage)
+        )
+        # The loop holds tasks weakly: keep each store alive until it is done.
+        self._stores.add(task)
+        task.add_done_callback(self._stores.discard)
+        return task
 
     async def _timed(
         self, deltas: AsyncIterator[Delta], status: str, started: float
     ) -> AsyncIterator[Delta]:
-        """Observes TTFT, ITL and e2e for /metrics while passing the deltas on; closing it
-        closes the source (which aborts the upstream request or leaves the flight)."""
+        """Observes TTFT, ITL and e2e for /metrics while passing the deltas on. Ends at the
+        final delta (what follows it upstream, such as storing the answer, is no concern
+        of this client); closing it closes the source, which aborts the upstream request
+        or leaves the flight."""
         last: float | None = None
         finish = "abort"
         try:
@@ -285,13 +355,27 @@ class ChatService:
                     else:
                         self.metrics.itl.labels(status).observe(now - last)
                     last = now
+                yield delta
                 if delta.finish_reason is not None:
                     finish = delta.finish_reason
-                yield delta
-            self.metrics.e2e.labels(status).observe(time.perf_counter() - started)
+                    self.metrics.e2e.labels(status).observe(time.perf_counter() - started)
+                    return
         finally:
             self.metrics.requests.labels(status, finish).inc()
             await deltas.aclose()  # type: ignore[attr-defined]
+
+
+async def _flight_errors(deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+    """A followed flight of another process reports its leader's failure as text only:
+    the client gets it as an upstream error (502)."""
+    try:
+        async for delta in deltas:
+            yield delta
+    except (FlightError, FlightLost) as exc:
+        message = f"the answer this request followed failed: {exc}"
+        raise APIError(502, message, "upstream_error") from exc
+    finally:
+        await deltas.aclose()  # type: ignore[attr-defined]
 
 
 async def _first(deltas: AsyncIterator[Delta]) -> Delta:

@@ -103,7 +103,8 @@ def handle_http_exception(_: Request, exc: HTTPException) -> Response[ErrorRespo
     for name, value in headers.items():
         response.headers[name] = value
     if status == 429 and "RateLimit-Reset" in headers:
-        response.headers["Retry-After"] = headers["RateLimit-Reset"]
+        # The window may reset "now" (0); clients need a positive wait to back off.
+        response.headers["Retry-After"] = str(max(1, int(headers["RateLimit-Reset"])))
     return response
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import sys
 import time
 from contextlib import AsyncExitStack
 
@@ -15,6 +17,7 @@ from cache import CachePolicy, CacheRuntime, SemanticCache, Thresholds
 from engine import EngineConfig
 from gateway.auth import Keyring
 from gateway.completions import ChatService
+from gateway.errors import APIError
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
 from gateway.upstream import HttpUpstream, InProcessEngine, Upstream
@@ -26,7 +29,9 @@ CACHE_RETRY_SECONDS = (1, 2, 5, 10, 30)
 
 def build_upstream(settings: Settings) -> Upstream:
     if settings.upstreams:
-        return HttpUpstream(settings.upstreams, timeout=settings.upstream_timeout)
+        return HttpUpstream(
+            settings.upstreams, timeout=settings.upstream_timeout, api_key=settings.upstream_api_key
+        )
     config = EngineConfig(
         model=settings.model,
         max_model_len=settings.max_model_len,
@@ -47,15 +52,33 @@ class Runtime:
         self.metrics = GatewayMetrics(
             self.upstream.gauges, lambda: self.cache.stats if self.cache else None
         )
-        self.chat = ChatService(self.upstream, None, self.metrics)
+        # Early starts are cheap to abort in-process; against remote upstreams every hit
+        # would cost them a request.
+        early = settings.early_start and isinstance(self.upstream, InProcessEngine)
+        self.chat = ChatService(self.upstream, None, self.metrics, early)
         self.started = int(time.time())
-        self.failure: str | None = None
+        # Why each part is not up yet (shown by /ready), kept apart so that one part
+        # coming up never hides the other's failure.
+        self.upstream_failure: str | None = None
+        self.cache_failure: str | None = None
         self._stack = AsyncExitStack()
         self._task: asyncio.Task[None] | None = None
 
     @property
     def ready(self) -> bool:
         return self.upstream.ready() and (not self.cache_on or self.cache is not None)
+
+    def check_ready(self, need_cache: bool) -> None:
+        """503 with Retry-After while the upstream (and, if asked, the cache) is not up."""
+        if self.upstream.ready() and (self.ready or not need_cache):
+            return
+        raise APIError(
+            503,
+            f"not ready: {self.waiting_for()}",
+            "service_unavailable",
+            "not_ready",
+            retry_after=2,
+        )
 
     def waiting_for(self) -> str:
         missing = []
@@ -65,8 +88,9 @@ class Runtime:
             )
         if self.cache_on and self.cache is None:
             missing.append("Redis and the embedder")
+        failures = [f for f in (self.upstream_failure, self.cache_failure) if f]
         text = " and ".join(missing) or "nothing"
-        return f"{text} ({self.failure})" if self.failure else f"starting {text}"
+        return f"{text} ({'; '.join(failures)})" if failures else f"starting {text}"
 
     def announce(self) -> None:
         if self.keyring.open:
@@ -75,7 +99,8 @@ class Runtime:
             log.info("%d API key(s) for %d tenant(s)", len(self.keyring.api_keys),
                      len(set(self.keyring.api_keys.values())))  # fmt: skip
         if self.keyring.generated_admin_key:
-            log.warning("admin key (generated for this run): %s", self.keyring.admin_key)
+            # Printed for the operator on the terminal, not logged: keys never go to logs.
+            print(f"semgate: admin key for this run: {self.keyring.admin_key}", file=sys.stderr)
 
     async def start(self) -> None:
         """Starts loading in the background and returns at once."""
@@ -93,8 +118,8 @@ class Runtime:
         try:
             await self.upstream.start()
         except Exception as exc:
-            self.failure = f"the upstream failed to start: {exc}"
-            log.error("%s", self.failure)
+            self.upstream_failure = f"the upstream failed to start: {exc}"
+            log.error("%s", self.upstream_failure)
             return
         log.info("upstream ready in %.1f s: %s", time.perf_counter() - t0, self.upstream.models())
 
@@ -103,7 +128,7 @@ class Runtime:
             log.info("cache off: every request goes to the upstream")
             return
         s = self.settings
-        for attempt in range(1_000_000):
+        for attempt in itertools.count():
             t0 = time.perf_counter()
             runtime = CacheRuntime(
                 redis_url=s.redis_url,
@@ -118,11 +143,11 @@ class Runtime:
                 self.cache = await self._stack.enter_async_context(runtime)
             except Exception as exc:
                 delay = CACHE_RETRY_SECONDS[min(attempt, len(CACHE_RETRY_SECONDS) - 1)]
-                self.failure = f"cache start failed, retrying in {delay} s: {exc}"
-                log.error("%s (serving uncached meanwhile)", self.failure)
+                self.cache_failure = f"cache start failed, retrying in {delay} s: {exc}"
+                log.error("%s (serving uncached meanwhile)", self.cache_failure)
                 await asyncio.sleep(delay)
                 continue
-            self.failure = None
+            self.cache_failure = None
             self.chat.cache = self.cache
             where = s.redis_url or f"embedded Redis Stack at {runtime.server.url}"  # type: ignore[union-attr]
             log.info("cache ready in %.1f s: %s", time.perf_counter() - t0, where)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from cache import DEFAULT_THRESHOLD
+from cache import DEFAULT_THRESHOLD, Thresholds
 from engine.config import DEFAULT_MODEL
 
 RATE_UNITS = ("second", "minute", "hour", "day")
@@ -38,6 +38,7 @@ class Settings:
     max_waiting: int = 256
     upstreams: list[str] = field(default_factory=list)
     upstream_timeout: float = 600.0
+    upstream_api_key: str | None = field(default=None, repr=False)  # sent to the upstreams
     # Cache.
     cache: bool = True
     redis_url: str | None = None
@@ -48,15 +49,18 @@ class Settings:
     tenant_thresholds: dict[str, float] = field(default_factory=dict)
     cache_ttl: int = 7 * 24 * 3600
     cache_max_temperature: float = 1.0
+    # Start the upstream while the cache is asked (aborted on a hit): a miss does not
+    # wait for the lookup.
+    early_start: bool = True
     # Security and limits.
-    api_keys: dict[str, str] = field(default_factory=dict)  # key -> tenant
-    admin_key: str | None = None
+    api_keys: dict[str, str] = field(default_factory=dict, repr=False)  # key -> tenant
+    admin_key: str | None = field(default=None, repr=False)
     rate_limit: str | None = None  # "120/minute" per API key
     max_body_bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"threshold must be a similarity in [0, 1], got {self.threshold}")
+        # Fails here, at start, rather than in the cache's start-up retries.
+        Thresholds(self.threshold, dict(self.model_thresholds), dict(self.tenant_thresholds))
         if self.rate_limit is not None:
             self.rate_limit_tuple()  # validate early
         for name in ("max_num_seqs", "max_body_bytes", "port"):
@@ -142,6 +146,7 @@ def _from_env(env: Any) -> dict[str, Any]:
         "cache_ttl": int,
         "cache_max_temperature": float,
         "admin_key": str,
+        "upstream_api_key": str,
         "rate_limit": str,
         "max_body_bytes": int,
     }
@@ -152,8 +157,10 @@ def _from_env(env: Any) -> dict[str, Any]:
                 out[name] = cast(raw)
             except ValueError as exc:
                 raise ValueError(f"SEMGATE_{name.upper()}={raw!r}: {exc}") from exc
-    if env.get("SEMGATE_CACHE"):
-        out["cache"] = env["SEMGATE_CACHE"].lower() not in ("0", "false", "no", "off")
+    for name in ("cache", "early_start"):
+        raw = env.get(f"SEMGATE_{name.upper()}")
+        if raw:
+            out[name] = raw.lower() not in ("0", "false", "no", "off")
     if env.get("SEMGATE_UPSTREAMS"):
         out["upstreams"] = env["SEMGATE_UPSTREAMS"].split(",")
     if env.get("SEMGATE_API_KEYS"):

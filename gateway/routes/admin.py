@@ -117,7 +117,11 @@ async def put_threshold(data: ThresholdUpdate, runtime: Runtime) -> ThresholdCon
 @get("/cache/stats", summary="Cache counters and the best-similarity histogram")
 async def stats(runtime: Runtime) -> dict[str, Any]:
     cache = _cache(runtime)
-    return {**cache.stats.snapshot(), "in_flight": cache.singleflight.in_flight()}
+    return {
+        **cache.stats.snapshot(),
+        "in_flight": cache.singleflight.in_flight(),
+        "pending_stores": runtime.chat.pending_stores,
+    }
 
 
 @get("/cache/entries", summary="List entries, newest first (filter by tenant, model, words)")

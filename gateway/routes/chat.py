@@ -9,9 +9,10 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.response import ServerSentEvent
 
-from gateway.auth import chat_guard
+from gateway.auth import api_key_guard
 from gateway.completions import Answer, CacheDirectives, ChatService
 from gateway.errors import APIError
+from gateway.runtime import Runtime
 from gateway.schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -88,13 +89,14 @@ async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
     description="Answers from the semantic cache when an equivalent question was answered "
     "before (X-Cache-Status: Hit), else from the engine. `stream: true` returns SSE chunks.",
     tags=["chat"],
-    guards=[chat_guard],
+    guards=[api_key_guard],
     security=[{"ApiKey": []}],
 )
 async def chat_completions(
-    data: ChatCompletionRequest, request: Request, chat: ChatService
+    data: ChatCompletionRequest, request: Request, chat: ChatService, runtime: Runtime
 ) -> Response[ChatCompletion] | ServerSentEvent:
-    tenant: str = request.state.tenant  # set by chat_guard
+    runtime.check_ready(need_cache=False)  # uncached until Redis is up: fail open
+    tenant: str = request.state.tenant  # set by api_key_guard
     directives = CacheDirectives.parse(request.headers.get("cache-control"))
     answer = await chat.answer(data, tenant, directives)
     headers = {"X-Cache-Status": answer.cache_status.capitalize(), **answer.headers}

@@ -5,7 +5,6 @@ from __future__ import annotations
 from litestar import Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.errors import APIError
 from gateway.runtime import Runtime
 
 
@@ -16,10 +15,7 @@ async def health() -> dict[str, str]:
 
 @get("/ready", summary="503 until the model (and Redis, with the cache on) are up", tags=["ops"])
 async def ready(runtime: Runtime) -> dict[str, object]:
-    if not runtime.ready:
-        raise APIError(
-            503, f"not ready: {runtime.waiting_for()}", "service_unavailable", retry_after=2
-        )
+    runtime.check_ready(need_cache=True)
     return {"status": "ready", "models": runtime.upstream.models(), "cache": runtime.cache_on}
 
 

@@ -4,17 +4,30 @@ from __future__ import annotations
 
 from litestar import get
 
+from gateway.auth import api_key_guard
 from gateway.errors import APIError
 from gateway.schemas import ModelCard, ModelList
 from gateway.upstream import Upstream
 
 
-@get("/v1/models", summary="List the served models", tags=["models"])
+@get(
+    "/v1/models",
+    summary="List the served models",
+    tags=["models"],
+    guards=[api_key_guard],
+    security=[{"ApiKey": []}],
+)
 async def list_models(upstream: Upstream, started: int) -> ModelList:
     return ModelList([ModelCard(m, started) for m in upstream.models()])
 
 
-@get("/v1/models/{model_id:path}", summary="One served model", tags=["models"])
+@get(
+    "/v1/models/{model_id:path}",
+    summary="One served model",
+    tags=["models"],
+    guards=[api_key_guard],
+    security=[{"ApiKey": []}],
+)
 async def get_model(model_id: str, upstream: Upstream, started: int) -> ModelCard:
     model_id = model_id.lstrip("/")
     if model_id not in upstream.models():

@@ -100,7 +100,7 @@ class HttpUpstream:
         if self._client is None:
             raise RuntimeError("HttpUpstream.stream() before start()")
         body = _request_body(job)
-        headers = {"X-Request-Id": job.request_id}  # one id across both hops' logs
+        headers = {"X-Request-Id": job.request_id}  # the completion id, for the engine's logs
         tried: set[str] = set()
         failures: list[str] = []
         while (server := self._pick(job.model, tried)) is not None:
@@ -124,23 +124,23 @@ class HttpUpstream:
                     return
             except _RETRYABLE as exc:
                 reason = f"{type(exc).__name__}: {exc}"
+                self._mark_down(server, reason)
                 if yielded:
                     raise UpstreamError(
-                        502, f"upstream {server.base} failed mid-answer: {reason}", "upstream_error"
+                        502, "the upstream failed mid-answer", "upstream_error"
                     ) from exc
-                self._mark_down(server, reason)
                 failures.append(f"{server.base}: {reason}")
             except httpx.TimeoutException as exc:
-                raise UpstreamError(
-                    504, f"upstream {server.base} timed out: {exc!r}", "upstream_error"
-                ) from exc
+                logger.warning("upstream %s timed out: %r", server.base, exc)
+                raise UpstreamError(504, "the upstream timed out", "upstream_error") from exc
             except httpx.HTTPError as exc:
-                raise UpstreamError(
-                    502, f"upstream {server.base} failed: {exc!r}", "upstream_error"
-                ) from exc
+                logger.warning("upstream %s failed: %r", server.base, exc)
+                raise UpstreamError(502, "the upstream failed", "upstream_error") from exc
+        # Details (addresses, errors) go to the log, not to clients.
+        logger.warning("no healthy upstream: %s", "; ".join(failures) or self._describe())
         raise UpstreamError(
             503,
-            "no healthy upstream: " + ("; ".join(failures) or self._describe()),
+            "no healthy upstream; retry shortly",
             type="service_unavailable",
             code="upstream_unavailable",
             retry_after=max(1, math.ceil(self._health_interval)),
@@ -168,11 +168,15 @@ class HttpUpstream:
         await asyncio.gather(*(self._probe(s) for s in self._servers))
 
     async def _probe(self, server: _Server) -> None:
-        """Healthy = /health answers 2xx and /v1/models lists the served models."""
+        """Healthy = /ready answers 2xx (or /health, for servers such as vLLM without
+        /ready: a loading semgate engine answers /health but is not ready) and /v1/models
+        lists the served models."""
         assert self._client is not None
         probe_timeout = min(10.0, max(2.0, self._health_interval))
         try:
-            resp = await self._client.get(f"{server.base}/health", timeout=probe_timeout)
+            resp = await self._client.get(f"{server.base}/ready", timeout=probe_timeout)
+            if resp.status_code == 404:
+                resp = await self._client.get(f"{server.base}/health", timeout=probe_timeout)
             resp.raise_for_status()
             resp = await self._client.get(f"{server.base}/v1/models", timeout=probe_timeout)
             resp.raise_for_status()
@@ -267,7 +271,11 @@ def _event_error(err: Any) -> UpstreamError:
 
 
 def _http_error(resp: httpx.Response) -> UpstreamError:
-    """A 4xx from the server, passed through with its OpenAI error fields."""
+    """A 4xx from the server, passed through with its OpenAI error fields; except 401 and
+    403, which concern the gateway's own key to the upstream, not the client's."""
+    if resp.status_code in (401, 403):
+        logger.error("the upstream refused the gateway's key (HTTP %d)", resp.status_code)
+        return UpstreamError(502, "the upstream refused the gateway", "upstream_error")
     try:
         err = resp.json().get("error")
     except (ValueError, AttributeError):

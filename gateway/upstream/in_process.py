@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from engine import AsyncLLM, EngineConfig, SamplingParams
@@ -100,16 +101,21 @@ class InProcessEngine:
         params = self._params(job, len(prompt))
         self.in_flight += 1
         try:
-            async for out in self.llm.generate(prompt, params, request_id=job.request_id):
-                if out.delta_text:
-                    yield Delta(out.delta_text)
-                if out.finished:
-                    yield Delta(
-                        finish_reason=out.finish_reason,
-                        prompt_tokens=len(out.prompt_token_ids),
-                        completion_tokens=len(out.token_ids),
-                    )
-        except (RuntimeError, ValueError) as exc:  # an engine step failed
-            raise UpstreamError(500, str(exc), "server_error") from exc
+            # aclosing: leaving early aborts the engine request now, not when the
+            # generator happens to be garbage-collected.
+            async with contextlib.aclosing(
+                self.llm.generate(prompt, params, request_id=job.request_id)
+            ) as outputs:
+                async for out in outputs:
+                    if out.delta_text:
+                        yield Delta(out.delta_text)
+                    if out.finished:
+                        yield Delta(
+                            finish_reason=out.finish_reason,
+                            prompt_tokens=len(out.prompt_token_ids),
+                            completion_tokens=len(out.token_ids),
+                        )
+        except (RuntimeError, ValueError) as exc:  # an engine step failed (logged there)
+            raise UpstreamError(500, "the engine failed on this request", "server_error") from exc
         finally:
             self.in_flight -= 1

@@ -3,6 +3,7 @@ with two tenants' API keys and a fixed admin key."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -56,6 +57,20 @@ def http(gateway: Server) -> Iterator[httpx.Client]:
         base_url=gateway.url, headers={"Authorization": f"Bearer {ALICE}"}, timeout=120
     ) as client:
         yield client
+
+
+def settle(url: str, timeout: float = 10) -> None:
+    """Waits until the gateway has no answer in flight or being stored: answers are
+    stored just after their response ends, so a test that asks again at once would
+    otherwise race the store (and follow the finished flight instead of hitting)."""
+    deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    while time.monotonic() < deadline:
+        stats = httpx.get(url + "/admin/cache/stats", headers=headers).json()
+        if stats["in_flight"] == 0 and stats["pending_stores"] == 0:
+            return
+        time.sleep(0.01)
+    raise TimeoutError("the gateway still has answers in flight")
 
 
 @pytest.fixture

@@ -77,3 +77,11 @@ class Server:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:]
+
+
+def metric(server: Server, name: str) -> float:
+    """One unlabelled sample from the server's /metrics."""
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import ALICE, chat_body, messages
-from tests.gateway.servers import MODEL, Server
+from tests.gateway.conftest import ALICE, chat_body, messages, settle
+from tests.gateway.servers import MODEL, Server, metric
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
@@ -25,6 +26,7 @@ def ask(client: openai.OpenAI, question: str, **kw: object):
         max_tokens=96,
         **kw,
     )
+    settle(str(client.base_url).removesuffix("/").removesuffix("/v1"))
     return raw.parse(), raw.headers
 
 
@@ -77,6 +79,7 @@ def test_async_streaming_miss_and_hit_replay(gateway: Server):
             assert usage is not None and usage.completion_tokens > 0
             assert finish == "stop"
             texts.append(text)
+            await asyncio.to_thread(settle, gateway.url)
         plain = await client.chat.completions.create(
             model=MODEL,
             messages=messages("Who wrote Pride and Prejudice?"),
@@ -126,6 +129,7 @@ def test_cache_control_directives(http: httpx.Client, admin: httpx.Client):
         headers = {"Cache-Control": cache_control} if cache_control else {}
         response = http.post("/v1/chat/completions", json=chat_body(question), headers=headers)
         assert response.status_code == 200, response.text
+        settle(str(http.base_url).removesuffix("/"))
         return response
 
     assert post("no-store").headers["x-cache-status"] == "Bypass"
@@ -151,10 +155,12 @@ def test_policy_bypasses_hot_sampling(http: httpx.Client):
 def test_concurrent_equivalent_misses_share_one_answer(gateway: Server):
     """Two identical questions at once: one runs on the engine, the other follows it."""
     results: list[httpx.Response] = []
+    start = threading.Barrier(2)
 
     def post() -> None:
         with httpx.Client(headers={"Authorization": f"Bearer {ALICE}"}, timeout=120) as c:
             body = chat_body("Describe the water cycle.")
+            start.wait()
             results.append(c.post(gateway.url + "/v1/chat/completions", json=body))
 
     threads = [threading.Thread(target=post) for _ in range(2)]
@@ -182,5 +188,22 @@ def test_langchain_chat_openai(gateway: Server):
     )
     answer = llm.invoke("What is the capital of France?")
     assert "Paris" in answer.content
+    settle(gateway.url)
     streamed = "".join(str(chunk.content) for chunk in llm.stream("What is the capital of France?"))
     assert streamed == answer.content  # the second call is a cache hit, replayed as a stream
+
+
+def test_a_hit_aborts_the_engine_request_started_early(alice: openai.OpenAI, gateway: Server):
+    """Misses start the engine while the cache is asked; on a hit that early request is
+    aborted, so the engine is left with nothing running and no KV blocks in use."""
+    _, h = ask(alice, "What is the tallest mountain on Earth?")
+    assert h["x-cache-status"] == "Miss"
+    for _ in range(3):
+        _, h = ask(alice, "Which mountain is the tallest on Earth?")
+        assert h["x-cache-status"] == "Hit"
+    deadline = time.monotonic() + 10
+    while metric(gateway, "semgate_num_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metric(gateway, "semgate_num_requests_running") == 0
+    assert metric(gateway, "semgate_num_requests_waiting") == 0
+    assert metric(gateway, "semgate_kv_cache_usage_perc") == 0

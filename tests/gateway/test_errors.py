@@ -3,12 +3,14 @@ openai SDK's exception classes and raw HTTP."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
 
 from tests.gateway.conftest import ALICE, chat_body, messages
-from tests.gateway.servers import MODEL, Server
+from tests.gateway.servers import MODEL, Server, metric
 
 
 def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict:
@@ -128,16 +130,7 @@ def test_metrics_follow_vllm_names(gateway: Server, alice: openai.OpenAI):
     assert 'cache_status="miss"' in text
 
 
-def metric(gateway: Server, name: str) -> float:
-    for line in httpx.get(gateway.url + "/metrics").text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not exported")
-
-
 def test_disconnect_mid_stream_frees_the_engine_blocks(gateway: Server):
-    import time
-
     body = chat_body("Tell a story.", stream=True, max_tokens=2000, ignore_eos=True)
     headers = {"Authorization": f"Bearer {ALICE}", "Cache-Control": "no-store"}
     with (

@@ -1,0 +1,50 @@
+"""Starting the upstream while the cache is still being asked.
+
+A miss would otherwise wait for the whole lookup (embedding the question, vector
+search) before the engine even sees the request. With an early start the engine
+begins prefilling at once; on a hit, or when the request ends up following an
+equivalent one already in flight, the early request is aborted and its KV blocks
+freed, having cost at most one lookup's worth of engine time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from gateway.upstream import Delta
+
+
+class EarlyStart:
+    def __init__(self, stream: AsyncIterator[Delta]) -> None:
+        self._stream = stream
+        # The task drives the upstream generator to its first delta right away; later
+        # deltas are pulled by whoever consumes `deltas()` (never both at once).
+        self._first: asyncio.Future[Delta] = asyncio.ensure_future(anext(stream))
+        self._taken = False
+        self.cancelled = False
+
+    async def deltas(self) -> AsyncIterator[Delta]:
+        """The whole answer, from the first delta; may be taken once."""
+        assert not self._taken, "an early start is consumed once"
+        self._taken = True
+        try:
+            yield await self._first
+            async for delta in self._stream:
+                yield delta
+        except StopAsyncIteration:  # the upstream ended before any delta
+            return
+        finally:
+            await self.cancel()
+
+    async def cancel(self) -> None:
+        """Aborts the upstream request (a no-op once it has finished)."""
+        self.cancelled = True
+        if not self._first.done():
+            self._first.cancel()
+        # wait() never raises the task's own outcome (the upstream's refusal does not
+        # matter any more), while a cancellation of the caller still propagates.
+        await asyncio.wait([self._first])
+        if not self._first.cancelled():
+            self._first.exception()  # retrieved: no "never retrieved" warning
+        await self._stream.aclose()  # type: ignore[attr-defined]

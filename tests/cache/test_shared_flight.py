@@ -1,0 +1,285 @@
+"""Single-flight across processes through the session's real Redis Stack. Each "process"
+is its own SemanticCache over its own CacheStore connection: separate in-process
+single-flight state, so only Redis can coalesce them."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from cache import EmbeddedRedis, Embedder, SemanticCache
+from cache.shared_flight import FlightError, FlightLost, SharedFlights
+from cache.store import CacheStore
+from tests.cache.conftest import Run, ask
+
+CODEC = (str.encode, bytes.decode)
+PIECES = ["Open ", "Settings, ", "then ", "Export, ", "then ", "CSV."]
+ANSWER = "".join(PIECES)
+
+
+class Upstream:
+    """A slow upstream that counts its calls and notes when each chunk left it."""
+
+    def __init__(self, fail_after: int | None = None, first_delay: float = 0.0) -> None:
+        self.calls = 0
+        self.sent: list[float] = []
+        self.fail_after = fail_after
+        self.first_delay = first_delay
+
+    async def __call__(self) -> AsyncIterator[str]:
+        self.calls += 1
+        await asyncio.sleep(self.first_delay)
+        for i, piece in enumerate(PIECES):
+            if i == self.fail_after:
+                raise RuntimeError("engine exploded")
+            await asyncio.sleep(0.04)
+            self.sent.append(time.monotonic())
+            yield piece
+
+
+def _flights(client: Any, **kw: Any) -> SharedFlights:
+    return SharedFlights(client, **{"poll": 0.1, **kw})
+
+
+@pytest.fixture
+def replicas(
+    redis_server: EmbeddedRedis, embedder: Embedder, store: CacheStore, run: Run
+) -> Iterator[list[SemanticCache]]:
+    """Two gateway replicas over one Redis (the index exists: `store` made it)."""
+    stores = [
+        CacheStore(redis_server.url, embedder.model_id, embedder.dims, "semgate-test")
+        for _ in range(2)
+    ]
+    yield [SemanticCache(s, embedder, shared_flights=_flights(s.client)) for s in stores]
+    for s in stores:
+        run(s.close())
+
+
+async def _start(cache: SemanticCache, question: str, tenant: str, upstream: Any, **kw: Any):
+    request = ask(question, tenant)
+    lookup = await cache.lookup(request)
+    assert lookup.status in ("miss", "error")
+    return await cache.follow_or_lead(request, lookup, upstream, codec=CODEC, **kw)
+
+
+async def _timed(stream: AsyncIterator[str]) -> list[tuple[float, str]]:
+    return [(time.monotonic(), piece) async for piece in stream]
+
+
+def test_follower_in_another_process_streams_live(
+    replicas: list[SemanticCache], tenant: str, run: Run
+):
+    a, b = replicas
+    upstream = Upstream()
+
+    async def scenario():
+        lead_a, stream_a = await _start(a, "How do I export contacts?", tenant, upstream)
+        lead_b, stream_b = await _start(b, "How do I export contacts?", tenant, upstream)
+        got_a, got_b = await asyncio.gather(_timed(stream_a), _timed(stream_b))
+        return lead_a, lead_b, got_a, got_b
+
+    lead_a, lead_b, got_a, got_b = run(scenario())
+    assert (lead_a, lead_b, upstream.calls) == (True, False, 1)
+    assert [p for _, p in got_a] == [p for _, p in got_b] == PIECES
+    assert got_b[0][0] < upstream.sent[-1]  # live: before the upstream's last chunk
+    assert (a.stats.coalesced, b.stats.coalesced, b.stats.coalesced_remote) == (0, 1, 1)
+    assert b.stats.snapshot()["coalesced_remote"] == 1
+
+    async def keys_after():
+        lookup = await a.lookup(ask("How do I export contacts?", tenant))
+        assert lookup.scope is not None
+        flight_id = SharedFlights.flight_id(a.store.entry_id(lookup.scope, lookup.question or ""))
+        return await a.store.client.keys(f"semgate:flight:{{{flight_id}}}:*")
+
+    keys = run(keys_after())  # the lock is released, the ended stream lingers a while
+    assert len(keys) == 1 and not keys[0].endswith(b":lock")
+    assert 0 < run(a.store.client.pttl(keys[0])) <= 30_000
+    # A finished flight is never joined (nor its lingering stream replayed): the next
+    # request leads a flight of its own.
+    leader, stream = run(_start(b, "How do I export contacts?", tenant, upstream))
+    assert leader and run(_timed(stream)) and upstream.calls == 2
+
+
+def test_a_slow_first_chunk_is_not_a_dead_leader(
+    replicas: list[SemanticCache], tenant: str, run: Run
+):
+    """The leader's heartbeat keeps its lease while the upstream has nothing to send."""
+    for cache in replicas:
+        cache.shared_flights = _flights(cache.store.client, lease=0.3)
+    a, b = replicas
+    upstream = Upstream(first_delay=0.8)
+
+    async def scenario():
+        _, stream_a = await _start(a, "Explain our SLA", tenant, upstream)
+        lead_b, stream_b = await _start(b, "Explain our SLA", tenant, upstream)
+        got = await asyncio.gather(_timed(stream_a), _timed(stream_b))
+        return lead_b, [[p for _, p in g] for g in got]
+
+    lead_b, (got_a, got_b) = run(scenario())
+    assert not lead_b and upstream.calls == 1 and got_a == got_b == PIECES
+    assert b.stats.errors["flight_lost"] == 0
+
+
+def test_late_follower_replays_from_the_first_chunk(
+    replicas: list[SemanticCache], tenant: str, run: Run
+):
+    a, b = replicas
+    upstream = Upstream()
+
+    async def scenario():
+        _, stream_a = await _start(a, "Which plan has SSO?", tenant, upstream)
+        early = [await anext(stream_a) for _ in range(3)]
+        lead_b, stream_b = await _start(b, "Which plan has SSO?", tenant, upstream)
+        rest_a, got_b = await asyncio.gather(_timed(stream_a), _timed(stream_b))
+        return lead_b, early + [p for _, p in rest_a], [p for _, p in got_b]
+
+    lead_b, got_a, got_b = run(scenario())
+    assert not lead_b and upstream.calls == 1 and got_a == got_b == PIECES
+
+
+def test_the_leaders_error_reaches_the_follower(
+    replicas: list[SemanticCache], tenant: str, run: Run
+):
+    a, b = replicas
+    upstream = Upstream(fail_after=2)
+
+    async def drain(stream: AsyncIterator[str]) -> tuple[list[str], BaseException | None]:
+        got: list[str] = []
+        try:
+            async for piece in stream:
+                got.append(piece)
+        except Exception as exc:
+            return got, exc
+        return got, None
+
+    async def scenario():
+        _, stream_a = await _start(a, "Why is the sky blue?", tenant, upstream)
+        _, stream_b = await _start(b, "Why is the sky blue?", tenant, upstream)
+        return await asyncio.gather(drain(stream_a), drain(stream_b))
+
+    (got_a, err_a), (got_b, err_b) = run(scenario())
+    assert upstream.calls == 1 and got_a == got_b == PIECES[:2]
+    assert isinstance(err_a, RuntimeError) and str(err_a) == "engine exploded"
+    assert isinstance(err_b, FlightError) and str(err_b) == "engine exploded"
+
+
+def test_leader_whose_clients_all_leave_ends_the_flight_as_lost(
+    replicas: list[SemanticCache], tenant: str, run: Run
+):
+    """Remote followers do not keep another process's flight alive: once they have
+    chunks, the loss is their stream's error (before any, they would answer themselves)."""
+    a, b = replicas
+    upstream = Upstream()
+
+    async def scenario():
+        _, stream_a = await _start(a, "Where is my invoice?", tenant, upstream)
+        _, stream_b = await _start(b, "Where is my invoice?", tenant, upstream)
+        got_b = [await anext(stream_a), await anext(stream_b)][1:]
+        await stream_a.aclose()  # the leader's only client disconnects
+        with pytest.raises(FlightLost, match="every listener"):
+            async for piece in stream_b:
+                got_b.append(piece)
+        return got_b
+
+    got_b = run(scenario())
+    assert upstream.calls == 1 and got_b == PIECES[: len(got_b)] and len(got_b) < len(PIECES)
+    assert len(upstream.sent) < len(PIECES)  # the leader's upstream was aborted
+
+
+@pytest.mark.parametrize(
+    "ghost_lease, stall", [(0.3, None), (10.0, 0.3)], ids=["lease-runs-out", "stall"]
+)
+def test_follower_of_a_vanished_leader_answers_itself(
+    replicas: list[SemanticCache], tenant: str, run: Run, ghost_lease: float, stall: float | None
+):
+    """A leader that claimed and then died (never publishes, never renews its lease) or
+    went silent: the follower falls back to its own upstream call."""
+    _, b = replicas
+    b.shared_flights = _flights(b.store.client, stall=stall)
+    ghost = _flights(b.store.client, lease=ghost_lease)
+    upstream = Upstream()
+    question = "How do I reset my password?"
+
+    async def scenario():
+        lookup = await b.lookup(ask(question, tenant))
+        assert lookup.scope is not None
+        flight_id = SharedFlights.flight_id(b.store.entry_id(lookup.scope, question))
+        assert (await ghost.claim(flight_id)).leader
+        leader, stream = await _start(b, question, tenant, upstream)
+        return leader, [p async for p in stream]
+
+    started = time.monotonic()
+    leader, got = run(scenario())
+    assert not leader and got == PIECES and upstream.calls == 1
+    assert b.stats.errors["flight_lost"] == 1 and time.monotonic() - started < 5
+
+
+def test_redis_unavailable_fails_open(embedder: Embedder, run: Run, tenant: str):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    stores = [
+        CacheStore(f"redis://127.0.0.1:{port}", embedder.model_id, embedder.dims) for _ in range(2)
+    ]
+    a, b = (SemanticCache(s, embedder, shared_flights=_flights(s.client)) for s in stores)
+    upstream = Upstream()
+
+    async def scenario():
+        claim = await a.shared_flights.claim("some-flight")
+        assert claim.leader and not claim.shared
+        streams = [(await _start(c, "What is 2 plus 2?", tenant, upstream)) for c in (a, b)]
+        return [(lead, [p async for p in stream]) for lead, stream in streams]
+
+    try:
+        assert run(scenario()) == [(True, PIECES), (True, PIECES)]
+        assert upstream.calls == 2
+    finally:
+        for s in stores:
+            run(s.close())
+
+
+def test_different_variants_never_join(replicas: list[SemanticCache], tenant: str, run: Run):
+    a, b = replicas
+    upstream = Upstream()
+
+    async def scenario():
+        q = "Summarise the refund policy"
+        starts = [
+            await _start(a, q, tenant, upstream, variant=(16, ())),
+            await _start(b, q, tenant, upstream, variant=(32, ())),
+            await _start(b, q, tenant, upstream, variant=(16, ())),
+        ]
+        texts = await asyncio.gather(*(_timed(stream) for _, stream in starts))
+        return [lead for lead, _ in starts], texts
+
+    leaders, texts = run(scenario())
+    assert leaders == [True, True, False] and upstream.calls == 2
+    assert all([p for _, p in t] == PIECES for t in texts)
+
+
+def test_crowds_in_two_processes_share_one_upstream_call(
+    replicas: list[SemanticCache], tenant: str, run: Run
+):
+    """Within a process requests join its local flight (one claim per process); across
+    processes the exact same question joins through Redis."""
+    a, b = replicas
+    upstream = Upstream()
+
+    async def one(cache: SemanticCache) -> tuple[bool, str]:
+        leader, stream = await _start(cache, "How do I export my data?", tenant, upstream)
+        return leader, "".join([p async for p in stream])
+
+    async def crowd():
+        return await asyncio.gather(*(one(c) for c in [a, b] * 10))
+
+    results = run(crowd())
+    assert upstream.calls == 1 and {text for _, text in results} == {ANSWER}
+    assert sum(leader for leader, _ in results) == 1
+    assert a.stats.coalesced + b.stats.coalesced == 19
+    assert a.stats.coalesced_remote + b.stats.coalesced_remote == 1
+    assert a.singleflight.in_flight() == b.singleflight.in_flight() == 0
