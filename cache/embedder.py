@@ -50,6 +50,20 @@ def _native_bf16() -> bool:
     return bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
 
 
+def _int8_kernels() -> bool:
+    return any(
+        e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm", "qnnpack")
+    )
+
+
+def _pick_dtype(dtype: str) -> str:
+    if dtype not in ("auto", "int8", "bfloat16", "float32"):
+        raise ValueError(f"embedder dtype must be auto, int8, bfloat16 or float32, not {dtype!r}")
+    if dtype == "auto":
+        return "int8" if _int8_kernels() else "bfloat16" if _native_bf16() else "float32"
+    return dtype
+
+
 class _Encoder(torch.nn.Module):
     """input ids + mask -> token states; the piece that gets traced."""
 
@@ -82,11 +96,28 @@ class Embedder:
         self.dims = int(st.get_embedding_dimension())
         self.max_tokens = int(st.max_seq_length)
         self.tokenizer = st.tokenizer
-        # On CPUs with native bf16 (AVX512-BF16/AMX) the encoder runs 2x faster in bf16;
-        # cosines move by ~1e-4, far below any useful threshold step.
-        use_bf16 = dtype == "bfloat16" or (dtype == "auto" and _native_bf16())
-        self.dtype = torch.bfloat16 if use_bf16 else torch.float32
-        self._encoder = self._trace(_Encoder(st[0].auto_model.eval().to(self.dtype)))
+        # int8 (the default where int8 kernels exist): the linear layers' weights are
+        # quantised per output channel, activations on the fly. A short query takes ~3 ms
+        # instead of ~9 ms (bf16) on one core; vectors keep cosine ~0.98 to float32, and
+        # on the labelled pair sets precision is unchanged (recall 0.76 vs 0.80 on
+        # cache_pairs.jsonl). Its vectors get their own model id, so they never meet
+        # float vectors in one scope. bf16 (on CPUs with native bf16) moves cosines by
+        # only ~1e-4.
+        self.dtype_name = _pick_dtype(dtype)
+        encoder = _Encoder(st[0].auto_model.eval())
+        if self.dtype_name == "int8":
+            self.model_id += "-int8"
+            # torch 2.13 deprecates its quantized tensors (to move to torchao); the
+            # project pins torch < 2.14, where they work, so the warning is silenced.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                encoder = torch.ao.quantization.quantize_dynamic(
+                    encoder, {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
+                )
+        elif self.dtype_name == "bfloat16":
+            encoder = encoder.to(torch.bfloat16)
+        self._encoder = self._trace(encoder)
         self.max_batch = max_batch
         self.num_threads = num_threads
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()

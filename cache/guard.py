@@ -76,7 +76,12 @@ def _number_value(token: str) -> float | None:
         # "1,000" is a thousand; "1,5" (a European decimal) is 1.5.
         if re.fullmatch(r"\d{1,3}(,\d{3})+(\.\d+)?", digits):
             digits = digits.replace(",", "")
-        return float(digits.replace(",", ".")) * scale
+        parts = digits.replace(",", ".").split(".")
+        if len(parts) > 2:
+            # A version or an address (3.10.1, 192.168.1.1): one value per whole token,
+            # distinct for distinct tokens (3.010001 vs 3.010002), so they compare exactly.
+            return sum(int(p) * 1000.0**-i for i, p in enumerate(parts)) * scale
+        return float(".".join(parts)) * scale
     return lexicon.NUMBER_WORDS.get(token)
 
 

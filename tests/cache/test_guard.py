@@ -15,6 +15,7 @@ NEAR_MISSES = [
     ("Convert 100 °F to Celsius", "Convert 100 °C to Fahrenheit", {"units", "order"}),
     ("Can I get a refund after 30 days?", "Can I get a refund within 30 days?", {"polarity"}),
     ("What is 17 times 23?", "What is 17 times 24?", {"numbers"}),
+    ("What is new in Python 3.10.1?", "What is new in Python 3.10.2?", {"numbers"}),
     ("what is 10 minus 4", "what is 4 minus 10", {"order"}),
     ("Does the free plan include SSO?", "Doesn't the free plan include SSO?", {"negation"}),
     ("translate hello from English to French", "translate hello from French to English", {"order"}),
@@ -32,6 +33,7 @@ NEAR_MISSES = [
 
 PARAPHRASES = [
     ("How do I reset my password?", "reset password steps"),
+    ("How do I ping 192.168.1.1?", "how can I ping 192.168.1.1"),
     ("convert 5 km to miles", "how many miles is 5 kilometers"),
     ("What's 12 plus 7?", "add 7 and 12"),
     ("What is the capital of Australia?", "what's australia's capital city"),
