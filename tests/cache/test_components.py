@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,46 @@ def test_embedder_matches_sentence_transformers_and_batches(embedder: Embedder, 
     batched = run(concurrent())
     for i, vec in enumerate(batched):
         assert float(np.dot(vec, ours[i % 4])) > 0.9999
+
+
+def test_embedder_vectors_do_not_depend_on_load(
+    embedder: Embedder, run: Run, monkeypatch: pytest.MonkeyPatch
+):
+    """int8 quantises a layer's whole input with one scale, so each text is encoded alone:
+    its vector is the same among concurrent callers as alone, and a text several callers
+    ask for at once is encoded once."""
+    tag = uuid.uuid4().hex  # texts no earlier test left in the LRU
+    questions = ["How do I reset my password?", "Convert 100 °F to Celsius", "hi", "word " * 40]
+    texts = [f"{q} {tag}" for q in questions]
+    alone = [embedder.encode([t])[0] for t in texts]
+    encoded: list[str] = []
+    encode = embedder.encode
+    monkeypatch.setattr(embedder, "encode", lambda batch: encoded.extend(batch) or encode(batch))
+
+    async def crowd() -> list[np.ndarray]:
+        return await asyncio.gather(*(embedder.embed(t) for t in texts * 8))
+
+    for i, vec in enumerate(run(crowd())):
+        assert np.array_equal(vec, alone[i % 4])
+    assert sorted(encoded) == sorted(texts)
+
+
+def test_embedder_outlives_callers_that_give_up(embedder: Embedder, run: Run):
+    """A caller cancelled while its text waits (a lookup past its timeout) is dropped and
+    the workers carry on (answering its cancelled future used to end the worker)."""
+    tag = uuid.uuid4().hex
+
+    async def give_up() -> np.ndarray:
+        waits = [
+            asyncio.ensure_future(embedder.embed(f"{tag} question {i} " * 5)) for i in range(40)
+        ]
+        await asyncio.sleep(0.01)
+        for wait in waits[2:]:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+        return await asyncio.wait_for(embedder.embed(f"{tag} and after them"), 10)
+
+    assert run(give_up()).shape == (embedder.dims,)
 
 
 def test_unknown_embedder_is_a_clear_error():

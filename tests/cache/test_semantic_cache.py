@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cache import CompletionOutcome, EmbeddedRedis, Embedder, SemanticCache
-from cache.store import CacheStore
+from cache.store import PREFIX, CacheStore
 from tests.cache.conftest import Run, ask
 
 DONE = CompletionOutcome("Paris is the capital of France.", "stop")
@@ -55,6 +55,35 @@ def test_ttl_expiry(cache: SemanticCache, tenant: str, run: Run):
     assert run(cache.lookup(ask("How tall is Mount Everest?", tenant))).status == "miss"
 
 
+def test_tenants_differing_only_in_case_are_apart(cache: SemanticCache, tenant: str, run: Run):
+    q = "How do I rotate my API keys?"
+    run(cache.store_answer(ask(q, tenant), DONE))
+    assert run(cache.lookup(ask(q + " please", tenant))).status == "hit"
+    assert run(cache.lookup(ask(q + " please", tenant.upper()))).status == "miss"
+    assert run(cache.lookup(ask(q, tenant.upper()))).status == "miss"
+
+
+def test_an_index_with_case_folding_tags_is_rebuilt(
+    redis_server: EmbeddedRedis, embedder: Embedder, run: Run
+):
+    """An index created before tags were case-sensitive is rebuilt on connect."""
+    legacy = CacheStore(redis_server.url, embedder.model_id, embedder.dims, "semgate-legacy")
+
+    async def scenario() -> bool:
+        await legacy.client.execute_command(
+            "FT.CREATE", "semgate-legacy", "ON", "HASH", "PREFIX", "1", f"{PREFIX}:",
+            "SCHEMA", "tenant", "TAG",
+        )  # fmt: skip
+        assert not await legacy._tags_case_sensitive()
+        await legacy.connect()
+        rebuilt = await legacy._tags_case_sensitive()
+        await legacy.index.delete(drop=False)  # the index only: the entries stay
+        await legacy.close()
+        return rebuilt
+
+    assert run(scenario())
+
+
 def test_scopes_are_isolated(cache: SemanticCache, tenant: str, run: Run):
     q = "How do I reset my password?"
     run(cache.store_answer(ask(q, tenant, model="model-x"), DONE))
@@ -64,6 +93,25 @@ def test_scopes_are_isolated(cache: SemanticCache, tenant: str, run: Run):
     # The same question after other turns belongs to another conversation context.
     before = [{"role": "system", "content": "You are a pirate."}]
     assert run(cache.lookup(ask(q, tenant, model="model-x", before=before))).status == "miss"
+
+
+def test_search_reads_either_protocol(
+    cache: SemanticCache, store: CacheStore, tenant: str, run: Run
+):
+    """The store reads FT.SEARCH replies itself: RESP3 (the default) and RESP2 clients
+    find the same candidates."""
+    run(cache.store_answer(ask("How do I reset my password?", tenant), DONE))
+    resp2 = CacheStore(
+        store.url + "?protocol=2", store.embedder_id, cache.embedder.dims, store.index.name
+    )
+    try:
+        scope = cache.policy.scope(ask("", tenant))
+        vector = run(cache.embedder.embed("How can I reset my password?"))
+        found = run(store.search(scope, vector, 3))
+        assert found and found[0].entry.response == DONE.text and found[0].tier == "semantic"
+        assert run(resp2.search(scope, vector, 3)) == found
+    finally:
+        run(resp2.close())
 
 
 def test_index_recreated_after_flushall(

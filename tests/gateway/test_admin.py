@@ -133,3 +133,13 @@ def test_stats_count_hits_and_misses(admin: httpx.Client, alice: openai.OpenAI):
     assert after["misses"] - before["misses"] == 1
     assert after["hits_semantic"] - before["hits_semantic"] == 1
     assert sum(after["best_similarity_histogram"]["counts"]) > 0
+
+
+def test_entry_search_text_cannot_widen_the_filter(admin: httpx.Client):
+    body = {"question": "Where is the lighthouse?", "answer": "On the cliff.", "tenant": "bob"}
+    admin.post("/admin/cache/entries", json=body).raise_for_status()
+    sneaky = {"tenant": "alice", "q": "lighthouse)|(@tenant:{bob}"}
+    response = admin.get("/admin/cache/entries", params=sneaky)
+    assert response.status_code == 200 and response.json()["total"] == 0
+    found = admin.get("/admin/cache/entries", params={"tenant": "bob", "q": "lighthouse?"})
+    assert found.json()["total"] == 1
