@@ -62,6 +62,7 @@ ADMIN_KEY = "gateway-bench-admin"
 MAX_CHARS = 160  # short chat questions, as in `semgate bench cache`
 MAX_ANSWER_CHARS = 1000
 MAX_TOKENS = 1
+HIT_MAX_TOKENS = 64  # seeded answers carry no token count, so they are still served
 READY_TIMEOUT_S = 120.0
 HIT_P50_GOAL_MS = 15.0
 OVERHEAD_P50_GOAL_MS = 5.0
@@ -222,7 +223,9 @@ def _seed(client: httpx.Client, exchanges: list[tuple[str, str]], progress: Prog
 
 def _hit_sample(client: httpx.Client, text: str, tier: str) -> float | None:
     """Seconds for one request expected to hit in `tier`, or None when it did not."""
-    elapsed, resp, _ = _post_chat(client, _chat_body([{"role": "user", "content": text}]))
+    # A bounded answer: a wording that misses must not run on to the context length.
+    body = _chat_body([{"role": "user", "content": text}], HIT_MAX_TOKENS)
+    elapsed, resp, _ = _post_chat(client, body)
     if resp.headers.get("x-cache-status") != "Hit":
         return None
     exact = resp.headers.get("x-cache-similarity") == "1.0000"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app
 
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack
     log = logging.getLogger("semgate")
     log.setLevel(logging.INFO)
     log.addHandler(RichHandler(show_path=False, markup=False))
