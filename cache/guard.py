@@ -4,7 +4,9 @@ Sentence embeddings score "Convert 100 °F to Celsius" vs "Convert 100 °C to
 Fahrenheit" at 0.99, above most true paraphrases. The guard compares the two
 questions on the features that change an answer while barely moving the vector:
 numbers, units, negation, opposite words, direction (A to B vs B to A), named
-entities and the kind of question. Each rule is a few set operations over
+entities, contrasting alternatives, the kind of question, one word exchanged in
+the same frame (operators such as == and === included) and one word added inside
+a shared phrase ("president" vs "vice president"). Each rule is a few set operations over
 pre-extracted features (cached per text), so a check costs tens of microseconds,
 and a rejection names its rule so the dry run can explain it.
 """
@@ -33,6 +35,7 @@ _TOKEN = re.compile(
     r"°\s?[cfk]\b"  # degree units
     r"|[$€£¥₹%]"  # currency signs (lexicon.CURRENCY_SIGNS) and percent
     r"|\d+/\d+"  # fractions
+    r"|[=!<>]==?|&&|\|\||[-=]>|[+\-*/%]=|\+\+|--(?!\w)"  # operators: === vs ==, != ...
     r"|\d+(?:[.,]\d+)*(?:st|nd|rd|th|k)?(?![^\W_])"  # numbers, ordinals, 300k
     r"|[^\W\d_]+(?:[.'\u2019+#-][^\W\d_0-9]+)*[+#]*"  # words: node.js, c++, c#, don't, e-mail
     r"|[^\W_]+",  # alphanumerics: python3, gpt4, 5g
@@ -347,6 +350,7 @@ class Guard:
         "contrast",
         "question_type",
         "substitution",
+        "modifier",
     )
 
     def __init__(self, rules: tuple[str, ...] = RULES) -> None:
@@ -417,9 +421,34 @@ class Guard:
         if len(diff) != 1:
             return None
         x, y = diff[0]
-        if y in SYNONYMS.get(x, ()) or x.startswith(y) or y.startswith(x):
+        # A word and its own inflection (spider/spiders) are one word; operators are not
+        # (== vs ===).
+        inflected = x.isalpha() and y.isalpha() and (x.startswith(y) or y.startswith(x))
+        if y in SYNONYMS.get(x, ()) or inflected:
             return None
         return Verdict(False, "substitution", f"{x!r} vs {y!r}")
+
+    @staticmethod
+    def _modifier(a: Features, b: Features) -> Verdict | None:
+        """One question narrows the other with a single word added inside a phrase both
+        share ("first president" vs "first vice president", "human cell" vs "human egg
+        cell"): it asks about a different thing, not the same one reworded. Words added
+        at the start ("steps to reset ...") or before a function word ("which currency do
+        they use in ...") are rewording, not narrowing."""
+        (short, _), (long, words) = sorted(
+            ((a.content, a.words), (b.content, b.words)), key=lambda f: len(f[0])
+        )
+        if len(long) != len(short) + 1:
+            return None
+        for i in range(1, len(long) - 1):  # inside: after one shared word, before another
+            if long[:i] + long[i + 1 :] != short or not long[i].isalpha():
+                continue
+            # Only a modifier if it directly precedes the next shared word.
+            if any(
+                stem(w) == long[i] and stem(n) == long[i + 1] for w, n in itertools.pairwise(words)
+            ):
+                return Verdict(False, "modifier", f"{long[i]!r} added before {long[i + 1]!r}")
+        return None
 
     @staticmethod
     def _contrast(a: Features, b: Features) -> Verdict | None:

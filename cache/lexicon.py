@@ -153,6 +153,8 @@ CONTRAST_GROUPS: list[set[str]] = [
     {"spring", "summer", "autumn", "fall", "winter"},
     {"morning", "afternoon", "evening", "night", "midnight", "noon"},
     {"breakfast", "lunch", "dinner", "brunch"},
+    {"beginner", "beginners", "novice", "intermediate", "advanced", "expert", "experts"},
+    {"economy", "business", "premium"},
     {
         "baby", "infant", "toddler", "child", "children", "kid", "kids", "teen", "teenager",
         "adult", "adults", "senior", "elderly", "puppy", "kitten",

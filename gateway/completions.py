@@ -184,11 +184,15 @@ class ChatService:
         cache: SemanticCache | None,
         metrics: GatewayMetrics,
         early_start: bool = True,
+        share_flights: bool = False,
     ) -> None:
         self.upstream = upstream
         self.cache = cache
         self.metrics = metrics
         self.early_start = early_start  # start the upstream while the cache is asked
+        # Coalesce with other gateway processes through Redis (costs a few round trips
+        # per miss, so only where other replicas can share the Redis).
+        self.codec = DELTA_CODEC if share_flights else None
         self._stores: set[asyncio.Task[object]] = set()
 
     async def answer(
@@ -236,7 +240,7 @@ class ChatService:
         if status == "miss" and self.cache is not None:
             variant = (job.max_tokens, tuple(job.stop), job.ignore_eos)
             leader, deltas = await self.cache.follow_or_lead(
-                cache_request, lookup, produce, variant, DELTA_CODEC
+                cache_request, lookup, produce, variant, self.codec
             )
             if not leader:
                 headers["X-Cache-Coalesced"] = "true"

@@ -55,7 +55,9 @@ class Runtime:
         # Early starts are cheap to abort in-process; against remote upstreams every hit
         # would cost them a request.
         early = settings.early_start and isinstance(self.upstream, InProcessEngine)
-        self.chat = ChatService(self.upstream, None, self.metrics, early)
+        # Replicas can only share an external Redis: an embedded one is this process's.
+        shared = settings.redis_url is not None
+        self.chat = ChatService(self.upstream, None, self.metrics, early, shared)
         self.started = int(time.time())
         # Why each part is not up yet (shown by /ready), kept apart so that one part
         # coming up never hides the other's failure.
