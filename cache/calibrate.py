@@ -162,7 +162,6 @@ async def calibrate(
     queries = list(dict.fromkeys(p.query for p in pairs))
     answerable = len({p.query for p in pairs if p.label == 1})
     try:
-        cache.embedder.embed_many([p.cached for p in pairs] + queries)
         for cached in dict.fromkeys(p.cached for p in pairs):
             await cache.seed(cached, f"(answer to: {cached})", model=model, tenant=tenant)
         results: dict[str, list[CheckedCandidate]] = {}

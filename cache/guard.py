@@ -308,12 +308,15 @@ def _mentions(f: Features, entity: str) -> bool:
     return all(part in f.words or stem(part) in f.stems for part in entity.split())
 
 
-def _exchanged(a: Features, b: Features, related: dict[str, set[str]]) -> tuple[str, str] | None:
-    """A word only in `a` whose related word (antonym, alternative) is only in `b`."""
+def _exchange_verdict(
+    a: Features, b: Features, related: dict[str, set[str]], rule: str
+) -> Verdict | None:
+    """Rejects when a word only in `a` has its related word (antonym, alternative) only
+    in `b`."""
     for x in a.stems - b.stems:
         for y in related.get(x, ()):
             if y in b.stems and y not in a.stems:
-                return x, y
+                return Verdict(False, rule, f"{x!r} vs {y!r}")
     return None
 
 
@@ -373,10 +376,6 @@ class Guard:
     def _numbers(a: Features, b: Features) -> Verdict | None:
         if sorted(a.numbers) != sorted(b.numbers):
             return Verdict(False, "numbers", f"{_fmt(a.numbers)} vs {_fmt(b.numbers)}")
-        if a.numbers != b.numbers and (a.noncommutative or b.noncommutative):
-            return Verdict(
-                False, "order", f"numbers in another order: {_fmt(a.numbers)} vs {_fmt(b.numbers)}"
-            )
         return None
 
     @staticmethod
@@ -401,9 +400,9 @@ class Guard:
 
     @staticmethod
     def _polarity(a: Features, b: Features) -> Verdict | None:
-        opposed = _exchanged(a, b, ANTONYMS)
+        opposed = _exchange_verdict(a, b, ANTONYMS, "polarity")
         if opposed is not None:
-            return Verdict(False, "polarity", f"{opposed[0]!r} vs {opposed[1]!r}")
+            return opposed
         for verb, particle in a.particles - b.particles:
             opposite = (verb, lexicon.OPPOSITE_PARTICLES[particle])
             if opposite in b.particles and opposite not in a.particles:
@@ -452,15 +451,16 @@ class Guard:
 
     @staticmethod
     def _contrast(a: Features, b: Features) -> Verdict | None:
-        contrasted = _exchanged(a, b, CONTRASTS)
-        if contrasted is not None:
-            return Verdict(False, "contrast", f"{contrasted[0]!r} vs {contrasted[1]!r}")
-        return None
+        return _exchange_verdict(a, b, CONTRASTS, "contrast")
 
     @staticmethod
     def _order(a: Features, b: Features) -> Verdict | None:
         """The same words in another order ("can dogs eat cat food" vs "can cats eat dog
-        food"), or a directed phrase reversed ("from English to French" vs the reverse)."""
+        food"), a directed phrase reversed ("from English to French" vs the reverse), or
+        the same numbers in another order where order matters ("10 minus 4")."""
+        if a.numbers != b.numbers and (a.noncommutative or b.noncommutative):
+            numbers = f"{_fmt(a.numbers)} vs {_fmt(b.numbers)}"
+            return Verdict(False, "order", f"numbers in another order: {numbers}")
         if _swapped(a.content, b.content):
             return Verdict(False, "order", "two words trade places")
         for anchor, role in a.roles.items():

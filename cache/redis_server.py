@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
 
 import redis
 
@@ -58,7 +57,7 @@ def require_search_module(client: redis.Redis) -> None:
         )
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -78,10 +77,10 @@ class EmbeddedRedis:
     entries instead of refusing writes when the cache is full.
     """
 
-    def __init__(self, data_dir: Path, maxmemory: str = "512mb", port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, maxmemory: str = "512mb") -> None:
         self.data_dir = Path(data_dir)
         self.maxmemory = maxmemory
-        self.port = port
+        self.port: int | None = None  # a free one, taken at start
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock: int | None = None
 
@@ -138,7 +137,7 @@ class EmbeddedRedis:
     def start(self, timeout: float = 15.0) -> str:
         """Starts the server and waits until it answers PING; returns its URL."""
         self._lock_data_dir()
-        self.port = self.port or _free_port()
+        self.port = free_port()
         env = {**os.environ, "LD_LIBRARY_PATH": str(LIBSSL_DIR)}
         try:
             self._proc = subprocess.Popen(
@@ -197,18 +196,6 @@ class EmbeddedRedis:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
-
-    def __enter__(self) -> EmbeddedRedis:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def check_redis_url(url: str) -> None:

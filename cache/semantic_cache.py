@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncGenerator, Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -53,6 +53,7 @@ class LookupResult:
     reason: str | None = None  # bypass or error reason
     candidates: list[CheckedCandidate] = field(default_factory=list)
     vector: np.ndarray | None = None
+    exact_key: str | None = None  # the entry id this question has in its scope
 
     @property
     def best(self) -> CheckedCandidate | None:
@@ -102,10 +103,13 @@ class SemanticCache:
         dry_run: bool = False,
         threshold: float | None = None,
         candidates: int | None = None,
+        accept: Callable[[CacheEntry], bool] | None = None,
     ) -> LookupResult:
         """Exact tier, then semantic tier + guard over the `candidates` nearest entries. A
         dry run changes no counters and no hit counts, and reports every candidate with its
-        similarity and verdict."""
+        similarity and verdict. `accept` is what the caller can serve (say, within its
+        length limit): a refused entry is passed over for the next candidate, and never
+        counted as a hit."""
         decision = self.policy.may_lookup(request)
         if not decision.allowed:
             if not dry_run:
@@ -114,12 +118,17 @@ class SemanticCache:
         question = self.policy.question(request)
         assert question is not None
         scope = self.policy.scope(request)
+        exact_key = self.store.entry_id(scope, question)
         threshold = self.threshold_for(scope) if threshold is None else threshold
         if not dry_run:
             self.stats.lookups += 1
         try:
             result = await asyncio.wait_for(
-                self._lookup(scope, question, threshold, candidates or self.candidates),
+                self._lookup(
+                    LookupResult("miss", threshold, scope, question, exact_key=exact_key),
+                    candidates or self.candidates,
+                    accept,
+                ),
                 self.timeout,
             )
         except Exception as exc:
@@ -127,35 +136,38 @@ class SemanticCache:
             if not dry_run:
                 self.stats.errors[kind] += 1
             log.warning("cache lookup failed open (%s): %r", kind, exc)
-            return LookupResult("error", threshold, scope, question, reason=f"{kind}: {exc!r}")
+            reason = f"{kind}: {exc!r}"
+            return LookupResult(
+                "error", threshold, scope, question, reason=reason, exact_key=exact_key
+            )
         if not dry_run:
             self._count(result)
         return result
 
     async def _lookup(
-        self, scope: CacheScope, question: str, threshold: float, k: int
+        self, result: LookupResult, k: int, accept: Callable[[CacheEntry], bool] | None
     ) -> LookupResult:
-        exact = await self.store.get_exact(scope, question)
-        if exact is not None:
-            checked = CheckedCandidate(exact, Verdict(True), True)
-            return LookupResult("hit", threshold, scope, question, exact, candidates=[checked])
+        """Fills in `result` (a miss with its scope, question and exact key so far)."""
+        assert result.scope is not None and result.question is not None
+        assert result.exact_key is not None
+        question = result.question
+        exact = await self.store.get_exact(result.exact_key)
+        if exact is not None and (accept is None or accept(exact.entry)):
+            result.status, result.hit = "hit", exact
+            result.candidates.append(CheckedCandidate(exact, Verdict(True), True))
+            return result
         # Past the embedder's window two prompts can share every embedded token:
         # such long prompts use the exact tier only (and are embedded only if stored).
         if not self.embedder.fits(question):
-            return LookupResult(
-                "miss",
-                threshold,
-                scope,
-                question,
-                reason="prompt longer than the embedder's window: exact tier only",
-            )
-        vector = await self.embedder.embed(question)
-        result = LookupResult("miss", threshold, scope, question, vector=vector)
-        for candidate in await self.store.search(scope, vector, k):
-            above = candidate.similarity >= threshold
+            result.reason = "prompt longer than the embedder's window: exact tier only"
+            return result
+        result.vector = await self.embedder.embed(question)
+        for candidate in await self.store.search(result.scope, result.vector, k):
+            above = candidate.similarity >= result.threshold
             verdict = self.guard.check(candidate.entry.prompt, question)
             result.candidates.append(CheckedCandidate(candidate, verdict, above))
-            if above and verdict.ok and result.hit is None:
+            servable = accept is None or accept(candidate.entry)
+            if above and verdict.ok and servable and result.hit is None:
                 result.status, result.hit = "hit", candidate
         return result
 
@@ -186,11 +198,13 @@ class SemanticCache:
         self,
         request: CacheRequest,
         outcome: CompletionOutcome,
-        vector: np.ndarray | None = None,
+        lookup: LookupResult | None = None,
         ttl: int | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> CacheEntry | None:
-        """Stores a finished answer if the policy allows; never raises (fail open)."""
+        """Stores a finished answer if the policy allows; never raises (fail open). The
+        request's `lookup`, when given, lends its scope, key and vector (no second
+        hashing of the conversation, no second embedding)."""
         decision = self.policy.may_store(request, outcome)
         if not decision.allowed:
             self.stats.store_skips += 1
@@ -198,7 +212,7 @@ class SemanticCache:
         metadata = {"finish_reason": outcome.finish_reason, **(metadata or {})}
         try:
             entry = await asyncio.wait_for(
-                self._put(request, outcome.text, vector, ttl, metadata), self.timeout
+                self._put(request, outcome.text, lookup, ttl, metadata), self.timeout
             )
         except Exception as exc:
             self.stats.errors[f"store_{_error_kind(exc)}"] += 1
@@ -233,31 +247,35 @@ class SemanticCache:
         self,
         request: CacheRequest,
         answer: str,
-        vector: np.ndarray | None,
+        lookup: LookupResult | None,
         ttl: int | None,
         metadata: dict[str, Any],
     ) -> CacheEntry:
-        question = self.policy.question(request)
-        assert question is not None
+        if lookup is None or lookup.scope is None or lookup.question is None:
+            question = self.policy.question(request)
+            lookup = LookupResult("miss", 0.0, self.policy.scope(request), question)
+        assert lookup.scope is not None and lookup.question is not None
+        vector = lookup.vector
         if vector is None:
-            vector = await self.embedder.embed(question)
+            vector = await self.embedder.embed(lookup.question)
         return await self.store.put(
-            self.policy.scope(request),
-            question,
+            lookup.scope,
+            lookup.question,
             answer,
             vector,
             ttl=ttl if ttl is not None else self.default_ttl,
             metadata=metadata,
+            entry_id=lookup.exact_key,
         )
 
     async def follow_or_lead(
         self,
         request: CacheRequest,
         lookup: LookupResult,
-        produce: Callable[[], AsyncIterator[Any]],
+        produce: Callable[[], AsyncGenerator[Any, None]],
         variant: Hashable = None,
         codec: Codec | None = None,
-    ) -> tuple[bool, AsyncIterator[Any]]:
+    ) -> tuple[bool, AsyncGenerator[Any, None]]:
         """On a miss: join an equivalent flight in progress (returns (False, stream)) or
         start one running `produce()` (returns (True, stream)). Only flights of the same
         `variant` are joined: callers put there what shapes the answer beyond the question
@@ -268,11 +286,10 @@ class SemanticCache:
         over Redis too, for the same exact question and variant: the leader publishes its
         chunks, a follower elsewhere decodes them live (and if that leader is lost before
         its first chunk, runs `produce()` itself)."""
-        scope, question = lookup.scope, lookup.question
-        if scope is None or question is None:
+        scope, question, exact_key = lookup.scope, lookup.question, lookup.exact_key
+        if scope is None or question is None or exact_key is None:
             return True, produce()
         key = (scope, variant)
-        exact_key = self.store.entry_id(scope, question)
         flight = self.singleflight.find(key, exact_key, question, lookup.vector, lookup.threshold)
         if flight is not None:
             self.stats.coalesced += 1
@@ -297,9 +314,9 @@ class SemanticCache:
     async def _shared_source(
         self,
         claiming: asyncio.Future[Claim],
-        produce: Callable[[], AsyncIterator[Any]],
+        produce: Callable[[], AsyncGenerator[Any, None]],
         codec: Codec,
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         claim = await claiming
         encode, decode = codec
         if not claim.leader:
@@ -318,8 +335,8 @@ class SemanticCache:
         self,
         claim: Claim,
         decode: Callable[[bytes], Any],
-        produce: Callable[[], AsyncIterator[Any]],
-    ) -> AsyncIterator[Any]:
+        produce: Callable[[], AsyncGenerator[Any, None]],
+    ) -> AsyncGenerator[Any, None]:
         """Another process's flight, decoded. Lost before its first chunk, this process
         answers itself; lost after, the loss is this stream's error."""
         followed = False
@@ -350,20 +367,16 @@ class CacheRuntime:
         redis_url: str | None = None,
         data_dir: Path | None = None,
         maxmemory: str = "512mb",
-        embedder: Embedder | None = None,
-        index_name: str = "semgate",
         **cache_options: Any,
     ) -> None:
         self.redis_url = redis_url
         self.data_dir = data_dir
         self.maxmemory = maxmemory
-        self.embedder = embedder
-        self.index_name = index_name
         self.cache_options = cache_options
+        self.embedder: Embedder | None = None
         self.server: EmbeddedRedis | None = None
         self.store: CacheStore | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self._own_embedder = embedder is None
 
     async def __aenter__(self) -> SemanticCache:
         try:
@@ -376,10 +389,8 @@ class CacheRuntime:
                     self.data_dir = Path(self._tmp.name)
                 self.server = EmbeddedRedis(self.data_dir, maxmemory=self.maxmemory)
                 url = await asyncio.to_thread(self.server.start)
-            if self.embedder is None:
-                self.embedder = await asyncio.to_thread(Embedder)
-            emb = self.embedder
-            self.store = CacheStore(url, emb.model_id, emb.dims, self.index_name)
+            self.embedder = emb = await asyncio.to_thread(Embedder)
+            self.store = CacheStore(url, emb.model_id, emb.dims)
             await self.store.connect()
         except BaseException:
             await self.__aexit__()
@@ -389,7 +400,7 @@ class CacheRuntime:
     async def __aexit__(self, *exc: object) -> None:
         if self.store is not None:
             await self.store.close()
-        if self._own_embedder and self.embedder is not None:
+        if self.embedder is not None:
             self.embedder.close()
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)

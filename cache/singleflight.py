@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncGenerator, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -42,14 +42,14 @@ class Flight(Generic[T]):
         wake, self._wake = self._wake, asyncio.Event()
         wake.set()
 
-    def subscribe(self) -> AsyncIterator[T]:
+    def subscribe(self) -> AsyncGenerator[T, None]:
         """Every chunk from the first; raises the upstream's error if it failed. The
         listener counts from this call, not from its first read, so a leader leaving
         before a follower's first read does not cancel the flight."""
         self.listeners += 1
         return self._follow()
 
-    async def _follow(self) -> AsyncIterator[T]:
+    async def _follow(self) -> AsyncGenerator[T, None]:
         try:
             i = 0
             while True:
@@ -69,7 +69,7 @@ class Flight(Generic[T]):
 
 
 class SingleFlight(Generic[T]):
-    def __init__(self, guard: Guard | None = None) -> None:
+    def __init__(self, guard: Guard) -> None:
         self.guard = guard
         self._flights: dict[Hashable, list[Flight[T]]] = {}
 
@@ -94,7 +94,7 @@ class SingleFlight(Generic[T]):
             similarity = float(np.dot(vector, flight.vector))
             if similarity < threshold or similarity <= best_similarity:
                 continue
-            if self.guard is not None and not self.guard.check(flight.text, text).ok:
+            if not self.guard.check(flight.text, text).ok:
                 continue
             best, best_similarity = flight, similarity
         return best
@@ -105,7 +105,7 @@ class SingleFlight(Generic[T]):
         exact_key: str,
         text: str,
         vector: np.ndarray | None,
-        produce: Callable[[], AsyncIterator[T]],
+        produce: Callable[[], AsyncGenerator[T, None]],
     ) -> Flight[T]:
         """Starts a flight running `produce` (which should also store the answer, so the
         flight is only unregistered once later requests can hit the cache instead)."""
@@ -127,7 +127,7 @@ class SingleFlight(Generic[T]):
             self._flights.pop(flight.scope, None)
         flight._notify()
 
-    async def _run(self, flight: Flight[T], produce: Callable[[], AsyncIterator[T]]) -> None:
+    async def _run(self, flight: Flight[T], produce: Callable[[], AsyncGenerator[T, None]]) -> None:
         stream = produce()
         try:
             async for chunk in stream:
@@ -139,7 +139,7 @@ class SingleFlight(Generic[T]):
             flight.error = exc
         finally:
             with contextlib.suppress(Exception):
-                await stream.aclose()  # type: ignore[attr-defined]
+                await stream.aclose()
             flight.done = True
             flight._notify()
 

@@ -147,16 +147,8 @@ class CacheStore:
         self._record_hit = self.client.register_script(_RECORD_HIT)
 
     async def connect(self) -> None:
-        """Creates the index unless it exists (an existing one keeps its entries). An
-        index from before tags were case-sensitive is rebuilt: dropped without its
-        entries, which RediSearch then re-indexes under the new schema."""
-        if await self.index.exists() and not await self._tags_case_sensitive():
-            await self.index.delete(drop=False)
+        """Creates the index unless it exists (an existing one keeps its entries)."""
         await self.index.create(overwrite=False)
-
-    async def _tags_case_sensitive(self) -> bool:
-        info = await self.client.execute_command("FT.INFO", self.schema.index.name)
-        return "CASESENSITIVE" in repr(info).upper()
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -190,9 +182,13 @@ class CacheStore:
         await self.index.create(overwrite=False)
         return await run()
 
-    async def get_exact(self, scope: CacheScope, prompt: str) -> Candidate | None:
-        entry = await self.get(self.entry_id(scope, prompt))
-        return None if entry is None else Candidate(entry, 1.0, "exact")
+    async def get_exact(self, entry_id: str) -> Candidate | None:
+        """The exact tier: one HMGET of the entry's fields (not its vector, not its TTL)."""
+        values = await self.client.hmget(self.key(entry_id), FIELDS)
+        if values[0] is None:  # no prompt: no entry
+            return None
+        raw = dict(zip(FIELDS, values, strict=True))
+        return Candidate(CacheEntry.from_fields(entry_id, raw), 1.0, "exact")
 
     async def search(self, scope: CacheScope, vector: np.ndarray, k: int = 3) -> list[Candidate]:
         """The k nearest entries in the scope, most similar first (any similarity)."""
@@ -225,11 +221,12 @@ class CacheStore:
         vector: np.ndarray,
         ttl: int | None,
         metadata: dict[str, Any] | None = None,
+        entry_id: str | None = None,
     ) -> CacheEntry:
         """Stores (or replaces) the answer to `prompt` in `scope`; `ttl` in seconds, None
-        for no expiry."""
+        for no expiry. `entry_id`, when the caller has it, is `entry_id(scope, prompt)`."""
         entry = CacheEntry(
-            id=self.entry_id(scope, prompt),
+            id=entry_id or self.entry_id(scope, prompt),
             prompt=prompt,
             response=response,
             tenant=scope.tenant,

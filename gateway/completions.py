@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -25,7 +25,7 @@ from cache import (
     LookupResult,
     SemanticCache,
 )
-from cache.store import Candidate
+from cache.store import CacheEntry, Candidate
 from gateway.early_start import EarlyStart
 from gateway.errors import APIError
 from gateway.metrics import GatewayMetrics
@@ -73,7 +73,7 @@ class Answer:
     model: str
     created: int
     cache_status: str  # "hit" | "miss" | "bypass"
-    deltas: AsyncIterator[Delta]
+    deltas: AsyncGenerator[Delta, None]
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -136,6 +136,15 @@ def _stop(stop: str | list[str] | None) -> list[str]:
     if any(not s for s in stops):
         raise APIError(400, "stop sequences must be non-empty", param="stop")
     return stops
+
+
+def _servable(job: ChatJob, entry: CacheEntry) -> bool:
+    """A cached answer must fit what this request allows: within its max_tokens and free
+    of its stop sequences (otherwise another candidate, or the engine, answers)."""
+    tokens = entry.metadata.get("completion_tokens")
+    if job.max_tokens is not None and isinstance(tokens, int) and tokens > job.max_tokens:
+        return False
+    return not any(s in entry.response for s in job.stop)
 
 
 def to_job(request: ChatCompletionRequest, request_id: str, models: list[str]) -> ChatJob:
@@ -213,14 +222,12 @@ class ChatService:
             if self.early_start:
                 early = EarlyStart(self.upstream.stream(job))
             try:
-                lookup = await self.cache.lookup(cache_request)
+                lookup = await self.cache.lookup(cache_request, accept=partial(_servable, job))
             except BaseException:
-                if early is not None:
-                    await early.cancel()
+                await self._abort_early(early)
                 raise
-            if lookup.hit is not None and self._servable(lookup.hit, job):
-                if early is not None:
-                    await early.cancel()
+            if lookup.hit is not None:
+                await self._abort_early(early)
                 return self._replay(answer_id, job, lookup.hit, started)
         # An answer cut at one of this request's stop sequences also ends with "stop",
         # but it is not the whole answer to the question: never store those.
@@ -229,9 +236,10 @@ class ChatService:
         status = "miss" if lookup is not None and lookup.status != "bypass" else "bypass"
         headers = {}
 
-        def produce() -> AsyncIterator[Delta]:
+        def produce() -> AsyncGenerator[Delta, None]:
             # The early start, unless it was given up for a flight that then got lost.
             if early is not None and not early.cancelled:
+                self.metrics.early_starts.labels("used").inc()
                 source = early.deltas()
             else:
                 source = self.upstream.stream(job)
@@ -245,27 +253,22 @@ class ChatService:
             if not leader:
                 headers["X-Cache-Coalesced"] = "true"
                 deltas = _flight_errors(deltas)
-                if early is not None:
-                    await early.cancel()  # the flight we follow does the work
+                await self._abort_early(early)  # the flight we follow does the work
         else:
             deltas = produce()
         first = await _first(deltas)  # raises the upstream's refusal as an APIError
-        timed = self._timed(_chain(first, deltas), status, started)
+        timed = self._timed(first, deltas, status, started)
         return Answer(answer_id, job.model, int(time.time()), status, timed, headers)
+
+    async def _abort_early(self, early: EarlyStart | None) -> None:
+        if early is not None:
+            await early.cancel()
+            self.metrics.early_starts.labels("aborted").inc()
 
     @property
     def pending_stores(self) -> int:
         """Answers still being written to the cache (they finish after their response)."""
         return len(self._stores)
-
-    @staticmethod
-    def _servable(hit: Candidate, job: ChatJob) -> bool:
-        """A cached answer must fit what this request allows: within its max_tokens and
-        free of its stop sequences (otherwise the engine answers it afresh)."""
-        tokens = hit.entry.metadata.get("completion_tokens")
-        if job.max_tokens is not None and isinstance(tokens, int) and tokens > job.max_tokens:
-            return False
-        return not any(s in hit.entry.response for s in job.stop)
 
     def _replay(self, answer_id: str, job: ChatJob, hit: Candidate, started: float) -> Answer:
         entry = hit.entry
@@ -275,25 +278,24 @@ class ChatService:
             "Age": str(max(0, int(time.time() - entry.created))),
         }
 
-        async def deltas() -> AsyncIterator[Delta]:
-            yield Delta(entry.response)
+        async def final() -> AsyncGenerator[Delta, None]:
             yield Delta(
                 finish_reason="stop",
                 prompt_tokens=int(entry.metadata.get("prompt_tokens") or 0),
                 completion_tokens=int(entry.metadata.get("completion_tokens") or 0),
             )
 
-        timed = self._timed(deltas(), "hit", started)
+        timed = self._timed(Delta(entry.response), final(), "hit", started)
         return Answer(answer_id, job.model, int(time.time()), "hit", timed, headers)
 
     async def _produce(
         self,
-        source: AsyncIterator[Delta],
+        source: AsyncGenerator[Delta, None],
         cache_request: CacheRequest,
         lookup: LookupResult | None,
         store: bool,
         ttl: int | None,
-    ) -> AsyncIterator[Delta]:
+    ) -> AsyncGenerator[Delta, None]:
         """The upstream's answer, teed into the cache. The store starts in the background
         as the final delta arrives, before it is handed on: the client's response ends
         without waiting for Redis, and a consumer that stops at the final delta cannot
@@ -308,7 +310,7 @@ class ChatService:
                     stored = self._finish(delta, "".join(parts), cache_request, lookup, store, ttl)
                 yield delta
         finally:
-            await source.aclose()  # type: ignore[attr-defined]  # leaving early aborts it
+            await source.aclose()  # leaving early aborts it
         if stored is not None:
             await asyncio.shield(stored)
 
@@ -332,9 +334,8 @@ class ChatService:
             "completion_tokens": final.completion_tokens,
         }
         usage = {name: n for name, n in counts.items() if n is not None}
-        vector = lookup.vector if lookup is not None else None
         task = asyncio.get_running_loop().create_task(
-            self.cache.store_answer(cache_request, outcome, vector, ttl, usage)
+            self.cache.store_answer(cache_request, outcome, lookup, ttl, usage)
         )
         # The loop holds tasks weakly: keep each store alive until it is done.
         self._stores.add(task)
@@ -342,16 +343,17 @@ class ChatService:
         return task
 
     async def _timed(
-        self, deltas: AsyncIterator[Delta], status: str, started: float
-    ) -> AsyncIterator[Delta]:
-        """Observes TTFT, ITL and e2e for /metrics while passing the deltas on. Ends at the
-        final delta (what follows it upstream, such as storing the answer, is no concern
-        of this client); closing it closes the source, which aborts the upstream request
-        or leaves the flight."""
+        self, first: Delta, rest: AsyncGenerator[Delta, None], status: str, started: float
+    ) -> AsyncGenerator[Delta, None]:
+        """`first`, then `rest`, observing TTFT, ITL and e2e for /metrics on the way. Ends
+        at the final delta (what follows it upstream, such as storing the answer, is no
+        concern of this client); closing it closes `rest`, which aborts the upstream
+        request or leaves the flight."""
         last: float | None = None
         finish = "abort"
+        delta: Delta | None = first
         try:
-            async for delta in deltas:
+            while delta is not None:
                 now = time.perf_counter()
                 if delta.text:
                     if last is None:
@@ -364,12 +366,13 @@ class ChatService:
                     finish = delta.finish_reason
                     self.metrics.e2e.labels(status).observe(time.perf_counter() - started)
                     return
+                delta = await anext(rest, None)
         finally:
             self.metrics.requests.labels(status, finish).inc()
-            await deltas.aclose()  # type: ignore[attr-defined]
+            await rest.aclose()
 
 
-async def _flight_errors(deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+async def _flight_errors(deltas: AsyncGenerator[Delta, None]) -> AsyncGenerator[Delta, None]:
     """A followed flight of another process reports its leader's failure as text only:
     the client gets it as an upstream error (502)."""
     try:
@@ -379,23 +382,14 @@ async def _flight_errors(deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
         message = f"the answer this request followed failed: {exc}"
         raise APIError(502, message, "upstream_error") from exc
     finally:
-        await deltas.aclose()  # type: ignore[attr-defined]
+        await deltas.aclose()
 
 
-async def _first(deltas: AsyncIterator[Delta]) -> Delta:
+async def _first(deltas: AsyncGenerator[Delta, None]) -> Delta:
     try:
         return await anext(deltas)
     except StopAsyncIteration:
         raise APIError(502, "the upstream ended without an answer", "upstream_error") from None
     except BaseException:
-        await deltas.aclose()  # type: ignore[attr-defined]
+        await deltas.aclose()
         raise
-
-
-async def _chain(first: Delta, rest: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
-    try:
-        yield first
-        async for delta in rest:
-            yield delta
-    finally:
-        await rest.aclose()  # type: ignore[attr-defined]

@@ -10,13 +10,13 @@ freed, having cost at most one lookup's worth of engine time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from gateway.upstream import Delta
 
 
 class EarlyStart:
-    def __init__(self, stream: AsyncIterator[Delta]) -> None:
+    def __init__(self, stream: AsyncGenerator[Delta, None]) -> None:
         self._stream = stream
         # The task drives the upstream generator to its first delta right away; later
         # deltas are pulled by whoever consumes `deltas()` (never both at once).
@@ -24,7 +24,7 @@ class EarlyStart:
         self._taken = False
         self.cancelled = False
 
-    async def deltas(self) -> AsyncIterator[Delta]:
+    async def deltas(self) -> AsyncGenerator[Delta, None]:
         """The whole answer, from the first delta; may be taken once."""
         assert not self._taken, "an early start is consumed once"
         self._taken = True
@@ -47,4 +47,4 @@ class EarlyStart:
         await asyncio.wait([self._first])
         if not self._first.cancelled():
             self._first.exception()  # retrieved: no "never retrieved" warning
-        await self._stream.aclose()  # type: ignore[attr-defined]
+        await self._stream.aclose()

@@ -26,34 +26,21 @@ connection with sequential requests:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import os
-import signal
-import socket
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import Progress
 from rich.table import Table
 
+from cache.policy import normalize_prompt
+from engine.bench.report import met_cell, progress, summary_ms, write_report
 from engine.config import DEFAULT_MODEL
+from gateway.serve_process import ServeProcess
 
 console = Console(stderr=True)
 
@@ -62,6 +49,7 @@ ADMIN_KEY = "gateway-bench-admin"
 MAX_CHARS = 160  # short chat questions, as in `semgate bench cache`
 MAX_ANSWER_CHARS = 1000
 MAX_TOKENS = 1
+ENGINE_THREADS = 1  # each engine, the server's and the in-process one, on its own core
 HIT_MAX_TOKENS = 64  # seeded answers carry no token count, so they are still served
 READY_TIMEOUT_S = 120.0
 HIT_P50_GOAL_MS = 15.0
@@ -90,15 +78,15 @@ FULL = Sizes(entries=400, rounds=4, hits_per_round=100, miss_steps=60, warmup=5)
 def _exchanges(n: int) -> list[tuple[str, str]]:
     """The first `n` ShareGPT (first user turn, its answer) pairs with a short question,
     distinct once case-folded (the exact tier would merge the others)."""
-    from engine.bench.sharegpt import iter_conversations
+    from engine.bench.sharegpt import first_exchange, iter_conversations
 
     seen: dict[str, tuple[str, str]] = {}
     for turns in iter_conversations():
-        if len(turns) < 2 or turns[0].get("from") != "human" or turns[1].get("from") != "gpt":
+        exchange = first_exchange(turns)
+        if exchange is None:
             continue
-        question = (turns[0].get("value") or "").strip()
-        answer = (turns[1].get("value") or "").strip()[:MAX_ANSWER_CHARS]
-        key = " ".join(question.casefold().split()).rstrip(" ?!.")
+        question, answer = exchange[0].strip(), exchange[1].strip()[:MAX_ANSWER_CHARS]
+        key = normalize_prompt(question)
         if 20 <= len(question) <= MAX_CHARS and answer and key not in seen:
             seen[key] = (question, answer)
             if len(seen) == n:
@@ -108,92 +96,27 @@ def _exchanges(n: int) -> list[tuple[str, str]]:
     return list(seen.values())
 
 
-def _exact_variant(question: str, i: int) -> str:
-    """Every other one verbatim; else lower case with the trailing punctuation swapped."""
+def _variant(question: str, i: int, tier: str) -> str:
+    """How the i-th probe of a seeded question is worded for a tier. Exact: every other
+    one verbatim, else lower case with the trailing punctuation swapped (the exact key
+    ignores both). Semantic: a polite prefix or suffix."""
+    if tier == "semantic":
+        return SEMANTIC_VARIANTS[i % len(SEMANTIC_VARIANTS)].format(q=question)
     if i % 2 == 0:
         return question
     return question.lower().rstrip(" ?!.") + ("?" if question.rstrip().endswith(".") else ".")
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _summary(values_s: list[float]) -> dict[str, float | int | None]:
-    if not values_s:
-        return {"n": 0, "p50_ms": None, "p90_ms": None, "p99_ms": None}
-    ms = [1e3 * v for v in values_s]
-    return {
-        "n": len(ms),
-        "p50_ms": statistics.median(ms),
-        "p90_ms": _pct(ms, 0.90),
-        "p99_ms": _pct(ms, 0.99),
-    }
-
-
-# The server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _server(workdir: Path, num_threads: int) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`semgate serve` in its own process group; yields its base URL once started (not
-    yet ready). Stopped gracefully, then killed with its group, whatever happens."""
-    port = _free_port()
-    log_path = workdir / "server.log"
-    cmd = [
-        sys.executable, "-m", "gateway.cli", "serve",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--redis-data-dir", str(workdir / "redis"),
-        "--admin-key", ADMIN_KEY,
-        "--num-threads", str(num_threads),
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
-        yield f"http://127.0.0.1:{port}", proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=15)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # anything it left behind (its Redis)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-
-
-def _wait_ready(client: httpx.Client, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"the server exited with {proc.returncode}:\n{tail}")
-        with contextlib.suppress(httpx.HTTPError):
-            if client.get("/ready", timeout=2).status_code == 200:
-                return
-        time.sleep(0.25)
-    tail = log_path.read_text(errors="replace")[-2000:]
-    raise RuntimeError(f"the server was not ready within {READY_TIMEOUT_S:.0f} s:\n{tail}")
-
-
 # Requests
 
 
-def _chat_body(messages: list[dict[str, str]], max_tokens: int | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": DEFAULT_MODEL, "messages": messages, "temperature": 0}
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    return body
+def _chat_body(messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
+    return {
+        "model": DEFAULT_MODEL,
+        "messages": messages,
+        "temperature": 0,
+        "max_tokens": max_tokens,
+    }
 
 
 def _post_chat(
@@ -238,8 +161,8 @@ def _bench_hits(
     n = sizes.hits_per_round
     task = progress.add_task("cache hits (exact / semantic)", total=2 * n * sizes.rounds)
     for i, q in enumerate(questions[: sizes.warmup]):
-        _hit_sample(client, _exact_variant(q, i), "exact")
-        _hit_sample(client, SEMANTIC_VARIANTS[i % 2].format(q=q), "semantic")
+        for tier in ("exact", "semantic"):
+            _hit_sample(client, _variant(q, i, tier), tier)
     times: dict[str, list[float]] = {"exact": [], "semantic": []}
     not_hit = {"exact": 0, "semantic": 0}
     k = 0  # cycles through the seeded questions
@@ -247,19 +170,16 @@ def _bench_hits(
         # Alternate which tier goes first from round to round.
         for tier in ("exact", "semantic") if r % 2 == 0 else ("semantic", "exact"):
             for _ in range(n):
-                q = questions[k % len(questions)]
-                if tier == "exact":
-                    text = _exact_variant(q, k)
-                else:
-                    text = SEMANTIC_VARIANTS[k % len(SEMANTIC_VARIANTS)].format(q=q)
+                elapsed = _hit_sample(
+                    client, _variant(questions[k % len(questions)], k, tier), tier
+                )
                 k += 1
-                elapsed = _hit_sample(client, text, tier)
                 if elapsed is None:
                     not_hit[tier] += 1
                 else:
                     times[tier].append(elapsed)
                 progress.advance(task)
-    return {tier: {**_summary(times[tier]), "not_hit": not_hit[tier]} for tier in times}
+    return {tier: {**summary_ms(times[tier]), "not_hit": not_hit[tier]} for tier in times}
 
 
 # Misses: in-process against HTTP
@@ -278,7 +198,7 @@ def _median_ci(values: list[float]) -> tuple[float, float] | None:
 
 def _paired(diffs_s: list[float]) -> dict[str, Any]:
     ci = _median_ci([1e3 * d for d in diffs_s])
-    return {**_summary(diffs_s), "p50_ci95_ms": list(ci) if ci else None}
+    return {**summary_ms(diffs_s), "p50_ci95_ms": list(ci) if ci else None}
 
 
 def _server_e2e_sum(client: httpx.Client, cache_status: str) -> float:
@@ -368,12 +288,12 @@ def _bench_misses(
     def report(mode: str) -> dict[str, Any]:
         t = times[mode]
         return {
-            "in_process": _summary(t["in_process"]),
-            "http": _summary(t["http"]),
+            "in_process": summary_ms(t["in_process"]),
+            "http": summary_ms(t["http"]),
             "overhead": _paired([h - a for h, a in zip(t["http"], t["in_process"], strict=True)]),
             # Client time minus the server's own e2e (from /metrics): HTTP, Litestar and
             # JSON outside the request path, free of the engines' noise.
-            "http_framing": _summary(framing[mode]),
+            "http_framing": summary_ms(framing[mode]),
         }
 
     return {"max_tokens": MAX_TOKENS, "skipped": skipped, **{m: report(m) for m in modes}}
@@ -382,41 +302,30 @@ def _bench_misses(
 # The run
 
 
-@contextlib.contextmanager
-def _progress(out: Console) -> Iterator[Progress]:
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=out) as progress:
-        yield progress
-
-
 def _run(sizes: Sizes, progress: Progress) -> dict[str, Any]:
     from engine import AsyncLLM, EngineConfig
 
     n_miss = sizes.warmup + sizes.miss_steps
     with tempfile.TemporaryDirectory(prefix="semgate-gateway-bench-") as tmp:
-        workdir = Path(tmp)
-        with _server(workdir, num_threads=1) as (base_url, proc):
-            loading = progress.add_task("starting the server, loading the engines", total=None)
-            started = time.perf_counter()
+        threads = ["--num-threads", str(ENGINE_THREADS)]
+        server = ServeProcess(["--redis-data-dir", tmp, "--admin-key", ADMIN_KEY, *threads])
+        loading = progress.add_task("starting the server, loading the engines", total=None)
+        started = time.perf_counter()
+        server.start()
+        try:
             # Loaded while the server starts; it sits idle (no CPU) while the server works.
-            llm = AsyncLLM(EngineConfig(num_threads=1))
+            llm = AsyncLLM(EngineConfig(num_threads=ENGINE_THREADS))
             exchanges = _exchanges(sizes.entries + n_miss)
             seeded, fresh = exchanges[: sizes.entries], [q for q, _ in exchanges[sizes.entries :]]
             limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
             try:
                 with (
                     httpx.Client(
-                        base_url=base_url, timeout=120.0, limits=limits, trust_env=False
+                        base_url=server.url, timeout=120.0, limits=limits, trust_env=False
                     ) as client,
                     asyncio.Runner() as runner,
                 ):
-                    _wait_ready(client, proc, workdir / "server.log")
+                    server.wait_ready(READY_TIMEOUT_S)
                     startup_s = time.perf_counter() - started
                     progress.update(loading, total=1, completed=1)
                     _seed(client, seeded, progress)
@@ -424,6 +333,8 @@ def _run(sizes: Sizes, progress: Progress) -> dict[str, Any]:
                     misses = _bench_misses(client, llm, runner, fresh, sizes, progress)
             finally:
                 llm.shutdown()
+        finally:
+            server.stop()
     return {"server_ready_s": startup_s, "hits": hits, "misses": misses}
 
 
@@ -442,10 +353,6 @@ def _below(value: float | None, goal: float) -> bool | None:
     return None if value is None else value < goal
 
 
-def _met(met: bool | None) -> str:
-    return {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[met]
-
-
 def result_table(result: dict[str, Any]) -> Table:
     table = Table(
         title="semgate gateway over HTTP: p50 unless noted",
@@ -457,7 +364,7 @@ def result_table(result: dict[str, Any]) -> Table:
     for tier in ("exact", "semantic"):
         h = hits[tier]
         goal = f"< {HIT_P50_GOAL_MS:g} ms"
-        met = _met(_below(h["p50_ms"], HIT_P50_GOAL_MS))
+        met = met_cell(_below(h["p50_ms"], HIT_P50_GOAL_MS))
         asked = h["n"] + h["not_hit"]
         table.add_row(f"{tier} hit ({h['n']}/{asked} Hit)", _ms(h["p50_ms"]), goal, met)
         table.add_row("  p90", _ms(h["p90_ms"]), "", "")
@@ -471,7 +378,7 @@ def result_table(result: dict[str, Any]) -> Table:
         table.add_row(f"{title}: over HTTP", _ms(m["http"]["p50_ms"]), "", "")
         if mode == "miss":
             goal = f"< {OVERHEAD_P50_GOAL_MS:g} ms"
-            met = _met(_below(over["p50_ms"], OVERHEAD_P50_GOAL_MS))
+            met = met_cell(_below(over["p50_ms"], OVERHEAD_P50_GOAL_MS))
             table.add_row(f"{title}: overhead, paired", _ms_ci(over), goal, met)
         else:
             table.add_row(f"{title}: overhead, paired", _ms_ci(over), "", "")
@@ -484,14 +391,14 @@ def run_gateway_bench(quick: bool = False, out_path: Path | None = DEFAULT_OUT) 
     """Runs the benchmark, prints the table, writes the numbers as JSON to out_path."""
     sizes = QUICK if quick else FULL
     started = time.perf_counter()
-    with _progress(console) as progress:
-        measured = _run(sizes, progress)
+    with progress(console) as bar:
+        measured = _run(sizes, bar)
     hits, misses = measured["hits"], measured["misses"]
     result: dict[str, Any] = {
         "model": DEFAULT_MODEL,
         "quick": quick,
-        "sizes": sizes.__dict__,
-        "engine_threads": 1,
+        "sizes": asdict(sizes),
+        "engine_threads": ENGINE_THREADS,
         **measured,
         "goals": {
             "hit_p50_ms_under": HIT_P50_GOAL_MS,
@@ -504,15 +411,15 @@ def run_gateway_bench(quick: bool = False, out_path: Path | None = DEFAULT_OUT) 
         },
         "elapsed_s": time.perf_counter() - started,
     }
-    Console().print(result_table(result))
+    out = Console()
+    out.print(result_table(result))
     skipped = misses["skipped"]
-    Console().print(
+    out.print(
         f"{sizes.entries} seeded entries; misses: {MAX_TOKENS} greedy token(s), server and "
-        f"in-process engines on 1 thread each; steps skipped: {skipped['cache_status']} "
+        f"in-process engines on {ENGINE_THREADS} thread(s) each; steps skipped: "
+        f"{skipped['cache_status']} "
         f"unexpected cache status, {skipped['short_answer']} answers under {MAX_TOKENS} "
         f"tokens; {result['elapsed_s']:.0f} s in all"
     )
-    if out_path is not None:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(result, indent=2))
+    write_report(out_path, result)
     return result

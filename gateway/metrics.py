@@ -112,6 +112,13 @@ class GatewayMetrics:
             ["cache_status", "finish_reason"],
             registry=self.registry,
         )
+        self.early_starts = Counter(
+            "semgate_early_starts",
+            "Engine requests started while the cache was asked: used on a miss, or aborted "
+            "on a hit (or for an equivalent request already in flight).",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.prompt_tokens = Counter(
             "semgate_prompt_tokens", "Prompt tokens processed upstream.", registry=self.registry
         )

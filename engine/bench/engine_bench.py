@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,16 +38,10 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import Progress
 from rich.table import Table
 
+from engine.bench.report import met_cell, progress, summary_ms, write_report
 from engine.bench.sharegpt import sample_requests, token_stream
 from engine.config import DEFAULT_MODEL, EngineConfig
 from engine.llm import LLM
@@ -328,13 +321,7 @@ def bench_throughput(
 
 
 def _itl_stats(itls: Sequence[float]) -> dict[str, float]:
-    ms = np.asarray(itls) * 1000
-    return {
-        "n": len(ms),
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p99_ms": float(np.percentile(ms, 99)),
-        "max_ms": float(ms.max()),
-    }
+    return {**summary_ms(itls), "max_ms": 1e3 * max(itls)}
 
 
 def _itls_between(streams: list[RequestMetrics], after: float, until: float) -> list[float]:
@@ -491,19 +478,6 @@ def bench_prefix(
 # The run
 
 
-@contextlib.contextmanager
-def _progress(console: Console) -> Iterator[Progress]:
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console) as progress:
-        yield progress
-
-
 def _run_all(model: str, sizes: Sizes, progress: Progress) -> tuple[dict[str, Any], list[Goal]]:
     loading = progress.add_task("loading engines, transformers and ShareGPT", total=None)
     # Prefix caching off for 1-3: repeated prompts must not get cache hits HF cannot have.
@@ -571,7 +545,7 @@ def goal_table(goals: list[Goal]) -> Table:
             _fmt(g.baseline),
             f"{_round_toward_miss(g):.2f}x",
             f"{g.op} {g.target:g}x",
-            "[green]yes[/]" if g.met else "[red]no[/]",
+            met_cell(g.met),
         )
     return table
 
@@ -613,8 +587,8 @@ def run_engine_bench(
     console = console or Console()
     sizes = QUICK if quick else FULL
     started = time.perf_counter()
-    with _progress(console) as progress:
-        results, goals = _run_all(model, sizes, progress)
+    with progress(console) as bar:
+        results, goals = _run_all(model, sizes, bar)
     report: dict[str, Any] = {
         "model": model,
         "quick": quick,
@@ -623,8 +597,7 @@ def run_engine_bench(
         "goals": {g.name: {**asdict(g), "met": g.met} for g in goals},
         "elapsed_s": time.perf_counter() - started,
     }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(out_path, report)
     console.print(goal_table(goals))
     console.print(itl_table(results["chunked_prefill"]))
     load = results["load"]

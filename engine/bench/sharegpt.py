@@ -57,7 +57,7 @@ def _iter_items() -> Iterator[dict[str, Any]]:
                 yield item
 
 
-def _first_exchange(turns: list[dict[str, str]]) -> tuple[str, str] | None:
+def first_exchange(turns: list[dict[str, str]]) -> tuple[str, str] | None:
     """The first human turn and the gpt turn that answers it."""
     for turn, reply in itertools.pairwise(turns):
         if turn.get("from") == "human":
@@ -78,7 +78,7 @@ def sample_requests(
     """
     requests: list[tuple[str, int]] = []
     for turns in iter_conversations():
-        exchange = _first_exchange(turns)
+        exchange = first_exchange(turns)
         if exchange is None:
             continue
         prompt, answer = exchange
@@ -96,7 +96,7 @@ def token_stream(tokenizer: Tokenizer, num_tokens: int) -> list[int]:
     """`num_tokens` of real text: the first human turns in file order, tokenized back to back."""
     ids: list[int] = []
     for turns in iter_conversations():
-        exchange = _first_exchange(turns)
+        exchange = first_exchange(turns)
         if exchange is None:
             continue
         ids += tokenizer.encode(exchange[0] + "\n\n")

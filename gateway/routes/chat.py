@@ -78,7 +78,7 @@ async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
         log.exception("stream failed")
         yield APIError(500, f"the answer failed mid-stream: {exc}", "server_error").event().decode()
     finally:
-        await answer.deltas.aclose()  # type: ignore[attr-defined]
+        await answer.deltas.aclose()
     yield "[DONE]"
 
 

@@ -3,7 +3,7 @@ remote OpenAI-compatible servers. Both speak in `ChatJob`s in and `Delta`s out."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -66,7 +66,7 @@ class Upstream(Protocol):
 
     def gauges(self) -> EngineGauges | None: ...
 
-    def stream(self, job: ChatJob) -> AsyncIterator[Delta]:
+    def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
         """The answer as deltas. Raises UpstreamError before the first delta for requests
         it refuses (context length, queue full, no healthy server); closing the iterator
         early aborts the request upstream."""

@@ -8,7 +8,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,9 @@ class _Server:
     healthy: bool = False
     models: list[str] = field(default_factory=list)
     error: str = "not probed yet"
+    # semgate's /ready lists the models too; servers without it (vLLM) are asked
+    # /health and /v1/models instead, from their first 404 on.
+    ready_path: str | None = "/ready"
 
 
 class HttpUpstream:
@@ -94,7 +97,7 @@ class HttpUpstream:
     def gauges(self) -> EngineGauges | None:
         return None  # remote engines report their own /metrics
 
-    async def stream(self, job: ChatJob) -> AsyncIterator[Delta]:
+    async def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
         """Runs `job` on a healthy server; before the first delta, a server that fails
         is marked down and the next one is tried (each at most once)."""
         if self._client is None:
@@ -109,12 +112,15 @@ class HttpUpstream:
             yielded = False
             try:
                 async with self._client.stream("POST", url, json=body, headers=headers) as resp:
-                    if resp.status_code >= 500:
+                    if resp.status_code in _DOWN_STATUSES:  # this server cannot serve now
                         await resp.aread()
                         failures.append(f"{server.base}: HTTP {resp.status_code}")
-                        if resp.status_code in _DOWN_STATUSES:
-                            self._mark_down(server, f"HTTP {resp.status_code}")
+                        self._mark_down(server, f"HTTP {resp.status_code}")
                         continue
+                    if resp.status_code >= 500:  # this request broke it: not for the others
+                        await resp.aread()
+                        logger.warning("upstream %s: HTTP %d", server.base, resp.status_code)
+                        raise UpstreamError(502, "the upstream failed", "upstream_error")
                     if resp.status_code >= 400:
                         await resp.aread()
                         raise _http_error(resp)
@@ -168,25 +174,34 @@ class HttpUpstream:
         await asyncio.gather(*(self._probe(s) for s in self._servers))
 
     async def _probe(self, server: _Server) -> None:
-        """Healthy = /ready answers 2xx (or /health, for servers such as vLLM without
-        /ready: a loading semgate engine answers /health but is not ready) and /v1/models
-        lists the served models."""
+        """Healthy = ready and serving models (see _probe_models). /health alone would not
+        do: a loading semgate engine answers /health but is not ready."""
         assert self._client is not None
         probe_timeout = min(10.0, max(2.0, self._health_interval))
         try:
-            resp = await self._client.get(f"{server.base}/ready", timeout=probe_timeout)
-            if resp.status_code == 404:
-                resp = await self._client.get(f"{server.base}/health", timeout=probe_timeout)
-            resp.raise_for_status()
-            resp = await self._client.get(f"{server.base}/v1/models", timeout=probe_timeout)
-            resp.raise_for_status()
-            models = [m["id"] for m in resp.json()["data"]]
+            models = await self._probe_models(server, probe_timeout)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             self._mark_down(server, f"health check failed: {type(exc).__name__}: {exc}")
             return
         if not server.healthy:
             logger.info("upstream %s is healthy, serving %s", server.base, ", ".join(models))
         server.healthy, server.models, server.error = True, models, ""
+
+    async def _probe_models(self, server: _Server, timeout: float) -> list[str]:
+        """The served models if the server is ready; raises otherwise. One request to a
+        semgate server, two to one without /ready."""
+        assert self._client is not None
+        if server.ready_path is not None:
+            resp = await self._client.get(server.base + server.ready_path, timeout=timeout)
+            if resp.status_code != 404:
+                resp.raise_for_status()
+                return [str(m) for m in resp.json()["models"]]
+            server.ready_path = None
+        resp = await self._client.get(f"{server.base}/health", timeout=timeout)
+        resp.raise_for_status()
+        resp = await self._client.get(f"{server.base}/v1/models", timeout=timeout)
+        resp.raise_for_status()
+        return [m["id"] for m in resp.json()["data"]]
 
     async def _health_loop(self) -> None:
         while True:
@@ -217,7 +232,7 @@ def _request_body(job: ChatJob) -> dict[str, Any]:
     return body
 
 
-async def _parse_sse(resp: httpx.Response) -> AsyncIterator[Delta]:
+async def _parse_sse(resp: httpx.Response) -> AsyncGenerator[Delta, None]:
     """Text deltas as they arrive, then exactly one final delta with finish_reason and
     usage, yielded at [DONE] (or at the end of the body once a finish_reason was seen)."""
     finish: str | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from engine import AsyncLLM, EngineConfig, SamplingParams
 from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError
@@ -41,10 +41,6 @@ class InProcessEngine:
     def max_model_len(self) -> int:
         assert self.llm is not None
         return self.llm.engine.max_model_len
-
-    def count_tokens(self, text: str) -> int:
-        assert self.llm is not None
-        return len(self.llm.tokenizer.encode(text))
 
     def gauges(self) -> EngineGauges | None:
         if self.llm is None:
@@ -83,7 +79,7 @@ class InProcessEngine:
         except ValueError as exc:
             raise UpstreamError(400, str(exc)) from exc
 
-    async def stream(self, job: ChatJob) -> AsyncIterator[Delta]:
+    async def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
         if self.llm is None:
             raise UpstreamError(503, "the engine is still loading", "service_unavailable")
         if self.in_flight >= self.config.max_num_seqs + self.max_waiting:

@@ -52,7 +52,8 @@ def test_thresholds_are_similarities_with_overrides():
     assert t.for_scope("anyone", "small") == 0.8
     assert t.for_scope("anyone", "big") == 0.9
     assert t.for_scope("strict", "big") == 0.95
-    assert similarity_from_distance(distance_from_similarity(0.83)) == pytest.approx(0.83)
+    assert distance_from_similarity(0.83) == pytest.approx(0.17)  # redisvl's cosine distance
+    assert similarity_from_distance(0.17) == pytest.approx(0.83)
     for bad in (1.5, -0.1, "0.8", True):
         with pytest.raises(ValueError):
             Thresholds(default=bad)  # type: ignore[arg-type]
@@ -144,7 +145,7 @@ def test_one_server_per_data_dir(redis_server: EmbeddedRedis):
 
 def test_redis_url_without_search_module_is_refused(tmp_path: Path):
     """A plain Redis (the same binary, no modules loaded) is not enough for the cache."""
-    port = redis_server_module._free_port()
+    port = redis_server_module.free_port()
     proc = subprocess.Popen(
         [str(redis_server_module.redis_stack_dir() / "bin" / "redis-server"),
          "--port", str(port), "--save", "", "--dir", str(tmp_path)],

@@ -77,4 +77,4 @@ def test_calibration_goal_on_the_labelled_set(cache: SemanticCache, run: Run):
     assert report.with_guard.recall >= 0.7, report.with_guard
     assert report.without_guard.precision < report.with_guard.precision
     assert len(report.curve_with_guard) == len(report.curve_without_guard) > 10
-    assert run(cache.store.list(text="calibration"))[0] == 0  # its scope was flushed
+    assert run(cache.store.list(model="calibration"))[0] == 0  # its scope was flushed

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cache import CompletionOutcome, EmbeddedRedis, Embedder, SemanticCache
-from cache.store import PREFIX, CacheStore
+from cache.store import CacheStore
 from tests.cache.conftest import Run, ask
 
 DONE = CompletionOutcome("Paris is the capital of France.", "stop")
@@ -37,6 +37,25 @@ def test_exact_then_semantic_then_guarded_near_miss(cache: SemanticCache, tenant
     assert cache.stats.hits_exact == 1 and cache.stats.hits_semantic == 1
 
 
+def test_entries_the_caller_cannot_serve_are_passed_over(
+    cache: SemanticCache, tenant: str, run: Run
+):
+    first = CompletionOutcome("Paris.", "stop")
+    second = CompletionOutcome("The capital of France is Paris.", "stop")
+    run(cache.store_answer(ask("What is the capital of France?", tenant), first))
+    run(cache.store_answer(ask("Which city is the capital of France?", tenant), second))
+    query = ask("Tell me the capital city of France", tenant)
+
+    longer_one = run(cache.lookup(query, accept=lambda entry: entry.response != "Paris."))
+    assert longer_one.hit is not None and longer_one.hit.entry.response == second.text
+    refused = run(cache.lookup(query, accept=lambda entry: False))
+    assert refused.status == "miss" and refused.hit is None
+    exact_refused = run(cache.lookup(ask("What is the capital of France?", tenant),
+                                     accept=lambda entry: entry.response != "Paris."))  # fmt: skip
+    assert exact_refused.hit is not None and exact_refused.hit.tier == "semantic"
+    assert cache.stats.hits == 2 and cache.stats.misses == 1  # refused entries never count
+
+
 def test_dry_run_reports_candidate_and_verdict_without_counting(
     cache: SemanticCache, tenant: str, run: Run
 ):
@@ -61,27 +80,6 @@ def test_tenants_differing_only_in_case_are_apart(cache: SemanticCache, tenant: 
     assert run(cache.lookup(ask(q + " please", tenant))).status == "hit"
     assert run(cache.lookup(ask(q + " please", tenant.upper()))).status == "miss"
     assert run(cache.lookup(ask(q, tenant.upper()))).status == "miss"
-
-
-def test_an_index_with_case_folding_tags_is_rebuilt(
-    redis_server: EmbeddedRedis, embedder: Embedder, run: Run
-):
-    """An index created before tags were case-sensitive is rebuilt on connect."""
-    legacy = CacheStore(redis_server.url, embedder.model_id, embedder.dims, "semgate-legacy")
-
-    async def scenario() -> bool:
-        await legacy.client.execute_command(
-            "FT.CREATE", "semgate-legacy", "ON", "HASH", "PREFIX", "1", f"{PREFIX}:",
-            "SCHEMA", "tenant", "TAG",
-        )  # fmt: skip
-        assert not await legacy._tags_case_sensitive()
-        await legacy.connect()
-        rebuilt = await legacy._tags_case_sensitive()
-        await legacy.index.delete(drop=False)  # the index only: the entries stay
-        await legacy.close()
-        return rebuilt
-
-    assert run(scenario())
 
 
 def test_scopes_are_isolated(cache: SemanticCache, tenant: str, run: Run):

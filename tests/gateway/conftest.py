@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.servers import MODEL, Server
+from tests.gateway.servers import MODEL, Server, serving
 
 ALICE, BOB, ADMIN = "sk-alice-test", "sk-bob-test", "sk-admin-test"
 
@@ -25,11 +25,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "--admin-key", ADMIN,
         ]
     )  # fmt: skip
-    server.start()
-    try:
-        yield server.wait_ready()
-    finally:
-        server.stop()
+    with serving(server):
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -196,8 +196,10 @@ def test_langchain_chat_openai(gateway: Server):
 def test_a_hit_aborts_the_engine_request_started_early(alice: openai.OpenAI, gateway: Server):
     """Misses start the engine while the cache is asked; on a hit that early request is
     aborted, so the engine is left with nothing running and no KV blocks in use."""
+    aborted = 'semgate_early_starts_total{outcome="aborted"}'
     _, h = ask(alice, "What is the tallest mountain on Earth?")
     assert h["x-cache-status"] == "Miss"
+    before = metric(gateway, aborted, missing=0)
     for _ in range(3):
         _, h = ask(alice, "Which mountain is the tallest on Earth?")
         assert h["x-cache-status"] == "Hit"
@@ -207,3 +209,4 @@ def test_a_hit_aborts_the_engine_request_started_early(alice: openai.OpenAI, gat
     assert metric(gateway, "semgate_num_requests_running") == 0
     assert metric(gateway, "semgate_num_requests_waiting") == 0
     assert metric(gateway, "semgate_kv_cache_usage_perc") == 0
+    assert metric(gateway, aborted) == before + 3  # each hit had started the engine

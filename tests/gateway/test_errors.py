@@ -4,6 +4,7 @@ openai SDK's exception classes and raw HTTP."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import httpx
 import openai
@@ -110,7 +111,15 @@ def test_health_ready_schema_and_request_ids(gateway: Server):
 
 
 def test_metrics_follow_vllm_names(gateway: Server, alice: openai.OpenAI):
-    alice.chat.completions.create(model=MODEL, messages=messages("Say hi."), max_tokens=8)
+    counted = (
+        'semgate_time_to_first_token_seconds_count{cache_status="miss"}',
+        'semgate_e2e_request_latency_seconds_count{cache_status="miss"}',
+        "semgate_cache_misses_total",
+    )
+    before = [metric(gateway, sample, missing=0) for sample in counted]
+    question = f"Say hi to visitor {uuid.uuid4().hex[:8]}."  # a certain miss
+    alice.chat.completions.create(model=MODEL, messages=messages(question), max_tokens=8)
+    assert [metric(gateway, sample) for sample in counted] == [n + 1 for n in before]
     text = httpx.get(gateway.url + "/metrics").text
     for name in (
         "semgate_time_to_first_token_seconds_bucket",
@@ -127,7 +136,6 @@ def test_metrics_follow_vllm_names(gateway: Server, alice: openai.OpenAI):
         "semgate_cache_coalesced_total",
     ):
         assert name in text, name
-    assert 'cache_status="miss"' in text
 
 
 def test_disconnect_mid_stream_frees_the_engine_blocks(gateway: Server):

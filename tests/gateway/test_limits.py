@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import chat_body
-from tests.gateway.servers import Server
+from tests.gateway.servers import Server, serving
 
 KEYS = {"sk-limited": "t1", "sk-queue": "t2", "sk-other": "t3"}
 
@@ -27,11 +27,8 @@ def limited() -> Iterator[Server]:
             "--api-keys", ",".join(f"{k}:{t}" for k, t in KEYS.items()),
         ]
     )  # fmt: skip
-    server.start()
-    try:
-        yield server.wait_ready()
-    finally:
-        server.stop()
+    with serving(server):
+        yield server
 
 
 def post(server: Server, key: str, **kw: object) -> httpx.Response:

@@ -12,27 +12,21 @@ import openai
 import pytest
 
 from tests.gateway.conftest import ADMIN, chat_body, messages, settle
-from tests.gateway.servers import MODEL, Server
+from tests.gateway.servers import MODEL, Server, serving
 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Server]:
-    server = Server(["--no-cache", "--num-threads", "1"]).start()
-    try:
-        yield server.wait_ready()
-    finally:
-        server.stop()
+    with serving(Server(["--no-cache", "--num-threads", "1"])) as [server]:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def front(engine: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     redis_dir = tmp_path_factory.mktemp("front-redis")
     args = ["--upstream", engine.url, "--redis-data-dir", str(redis_dir), "--admin-key", ADMIN]
-    server = Server(args).start()
-    try:
-        yield server.wait_ready()
-    finally:
-        server.stop()
+    with serving(Server(args)) as [server]:
+        yield server
 
 
 def test_misses_go_upstream_and_come_back_as_hits(front: Server):

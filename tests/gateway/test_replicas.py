@@ -13,7 +13,7 @@ import pytest
 
 from cache import EmbeddedRedis
 from tests.gateway.conftest import ADMIN, chat_body, settle
-from tests.gateway.servers import Server
+from tests.gateway.servers import Server, serving
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +21,10 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server,
     redis = EmbeddedRedis(Path(tmp_path_factory.mktemp("shared-redis")))
     redis.start()
     args = ["--redis-url", redis.url, "--admin-key", ADMIN, "--num-threads", "1"]
-    servers = (Server(args).start(), Server(args).start())
     try:
-        yield servers[0].wait_ready(), servers[1].wait_ready()
+        with serving(Server(args), Server(args)) as [first, second]:
+            yield first, second
     finally:
-        for server in servers:
-            server.stop()
         redis.stop()
 
 
