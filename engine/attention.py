@@ -5,7 +5,8 @@ and that layer's paged KV cache ([2, num_blocks, block_size, kv_heads,
 head_dim]); it writes the new k/v into their cache slots and returns the
 attention output. Metadata is built once per step and shared by every layer.
 The model runner orders a batch as decodes (one query token each) first, then
-prefill chunks, so a backend can treat the decodes as one padded batch.
+speculating decodes (the last token plus a few proposed ones), then prefill
+chunks, so a backend can treat the leading short queries as one padded batch.
 """
 
 from __future__ import annotations
@@ -52,13 +53,30 @@ class _Chunk:
     mask: torch.Tensor | None  # None: plain causal (the chunk is the whole context)
 
 
+# Queries up to this long join the padded batch; longer ones (prefill chunks) are
+# attended one sequence at a time, where padding would waste more than it saves.
+MAX_SHORT_QUERY = 16
+
+
+@dataclass
+class _ShortBatch:
+    """The leading short queries (decodes, verifications), padded to max_query rows."""
+
+    num_tokens: int  # their rows in the flat batch
+    block_tables: torch.Tensor  # [n, max_blocks]
+    keys: int  # key positions attended over
+    max_query: int
+    mask: torch.Tensor | None  # [n, 1, max_query, keys]; None: every key valid for every query
+    # max_query > 1: flat row of each padded query slot (pads repeat a real row), and
+    # the padded slot of each flat row, to pad and unpad.
+    pad_index: torch.Tensor | None
+    unpad_index: torch.Tensor | None
+
+
 @dataclass
 class TorchAttentionMetadata:
     slot_mapping: torch.Tensor
-    num_decodes: int
-    decode_block_tables: torch.Tensor | None  # [num_decodes, max_blocks]
-    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, decode_keys]; None: all valid
-    decode_keys: int  # key positions the decode batch attends over
+    short: _ShortBatch | None
     chunks: list[_Chunk]
 
 
@@ -70,34 +88,19 @@ class TorchAttention:
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
+    def _tensor(self, values: list[int] | list[list[int]]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long).to(self.device, non_blocking=True)
+
     def build_metadata(
         self, seqs: list[SequenceSlice], slot_mapping: torch.Tensor, block_size: int
     ) -> TorchAttentionMetadata:
-        num_decodes = 0
-        while num_decodes < len(seqs) and seqs[num_decodes].query_len == 1:
-            num_decodes += 1
-        tables = mask = None
-        decode_keys = 0
-        if num_decodes:
-            decodes = seqs[:num_decodes]
-            width = max(len(s.block_table) for s in decodes)
-            tables = torch.tensor(
-                [s.block_table + [0] * (width - len(s.block_table)) for s in decodes],
-                dtype=torch.long,
-            ).to(self.device, non_blocking=True)
-            lens = [s.context_len for s in decodes]
-            if min(lens) == max(lens):
-                # Equal contexts (always so for a single stream): slice, no mask,
-                # which lets SDPA skip the masking work.
-                decode_keys = lens[0]
-            else:
-                decode_keys = width * block_size
-                lens_t = torch.tensor(lens).to(self.device, non_blocking=True)
-                key_pos = torch.arange(decode_keys, device=self.device)
-                mask = (key_pos[None, :] < lens_t[:, None]).view(num_decodes, 1, 1, -1)
+        num_short = 0
+        while num_short < len(seqs) and seqs[num_short].query_len <= MAX_SHORT_QUERY:
+            num_short += 1
+        short = self._short_batch(seqs[:num_short], block_size) if num_short else None
         chunks: list[_Chunk] = []
-        start = num_decodes
-        for s in seqs[num_decodes:]:
+        start = short.num_tokens if short else 0
+        for s in seqs[num_short:]:
             end = start + s.query_len
             past = s.context_len - s.query_len
             chunk_mask = None
@@ -106,12 +109,38 @@ class TorchAttention:
                 q_pos = torch.arange(past, s.context_len, device=self.device)
                 k_pos = torch.arange(s.context_len, device=self.device)
                 chunk_mask = k_pos[None, :] <= q_pos[:, None]
-            blocks = torch.tensor(s.block_table, dtype=torch.long).to(
-                self.device, non_blocking=True
+            chunks.append(
+                _Chunk(start, end, self._tensor(s.block_table), s.context_len, chunk_mask)
             )
-            chunks.append(_Chunk(start, end, blocks, s.context_len, chunk_mask))
             start = end
-        return TorchAttentionMetadata(slot_mapping, num_decodes, tables, mask, decode_keys, chunks)
+        return TorchAttentionMetadata(slot_mapping, short, chunks)
+
+    def _short_batch(self, seqs: list[SequenceSlice], block_size: int) -> _ShortBatch:
+        width = max(len(s.block_table) for s in seqs)
+        tables = self._tensor([s.block_table + [0] * (width - len(s.block_table)) for s in seqs])
+        lens = [s.context_len for s in seqs]
+        qlens = [s.query_len for s in seqs]
+        max_query = max(qlens)
+        num_tokens = sum(qlens)
+        if max_query == 1 and min(lens) == max(lens):
+            # Equal contexts (always so for a single stream): slice, no mask,
+            # which lets SDPA skip the masking work.
+            return _ShortBatch(num_tokens, tables, lens[0], 1, None, None, None)
+        keys = width * block_size
+        # Query i of a sequence sits at position context_len - query_len + i and sees
+        # the keys up to it; pad queries copy the last real one.
+        lens_t, qlens_t = self._tensor(lens), self._tensor(qlens)
+        i = torch.arange(max_query, device=self.device)
+        q_pos = lens_t[:, None] - qlens_t[:, None] + torch.minimum(i[None, :], qlens_t[:, None] - 1)
+        key_pos = torch.arange(keys, device=self.device)
+        mask = (key_pos[None, None, :] <= q_pos[:, :, None]).unsqueeze(1)
+        if max_query == 1:
+            return _ShortBatch(num_tokens, tables, keys, 1, mask, None, None)
+        starts = torch.cumsum(qlens_t, 0) - qlens_t
+        pad_index = (starts[:, None] + torch.minimum(i[None, :], qlens_t[:, None] - 1)).flatten()
+        slot = torch.arange(len(seqs), device=self.device)[:, None] * max_query + i[None, :]
+        unpad_index = slot[i[None, :] < qlens_t[:, None]]
+        return _ShortBatch(num_tokens, tables, keys, max_query, mask, pad_index, unpad_index)
 
     def forward(
         self,
@@ -126,12 +155,13 @@ class TorchAttention:
         kv_heads = k_cache.shape[-2]
         k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k)
         v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)
-        n = meta.num_decodes
-        if not meta.chunks:  # a pure decode step: nothing to assemble
-            return self._decode(q, k_cache, v_cache, meta).reshape(num_tokens, -1)
+        short = meta.short
+        if not meta.chunks:  # only short queries: nothing to assemble
+            assert short is not None
+            return self._short(q, k_cache, v_cache, short).reshape(num_tokens, -1)
         out = q.new_empty(q.shape)
-        if n:
-            out[:n] = self._decode(q[:n], k_cache, v_cache, meta)
+        if short is not None:
+            out[: short.num_tokens] = self._short(q[: short.num_tokens], k_cache, v_cache, short)
         for c in meta.chunks:
             keys = _gather(k_cache, c.block_ids)[: c.context_len].transpose(0, 1)
             values = _gather(v_cache, c.block_ids)[: c.context_len].transpose(0, 1)
@@ -146,19 +176,25 @@ class TorchAttention:
         return out.view(num_tokens, num_heads * head_dim)
 
     @staticmethod
-    def _decode(
-        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: TorchAttentionMetadata
+    def _short(
+        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, short: _ShortBatch
     ) -> torch.Tensor:
-        """The leading one-token queries as one padded batch: [num_decodes, heads, head_dim]."""
-        keys = _gather(k_cache, meta.decode_block_tables)[:, : meta.decode_keys]
-        values = _gather(v_cache, meta.decode_block_tables)[:, : meta.decode_keys]
-        return F.scaled_dot_product_attention(
-            q.unsqueeze(2),
-            keys.transpose(1, 2),
-            values.transpose(1, 2),
-            attn_mask=meta.decode_mask,
-            enable_gqa=True,
-        ).squeeze(2)
+        """The short queries as one padded batch: [their tokens, heads, head_dim]."""
+        keys = _gather(k_cache, short.block_tables)[:, : short.keys].transpose(1, 2)
+        values = _gather(v_cache, short.block_tables)[:, : short.keys].transpose(1, 2)
+        n, heads, dim = short.block_tables.shape[0], q.shape[1], q.shape[2]
+        if short.pad_index is None:  # one query each: no padding
+            padded = q.unsqueeze(2)
+        else:
+            padded = q.index_select(0, short.pad_index).view(n, short.max_query, heads, dim)
+            padded = padded.transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            padded, keys, values, attn_mask=short.mask, enable_gqa=True
+        )
+        if short.unpad_index is None:
+            return out.squeeze(2)
+        out = out.transpose(1, 2).reshape(n * short.max_query, heads, dim)
+        return out.index_select(0, short.unpad_index)
 
 
 def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:

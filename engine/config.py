@@ -58,6 +58,15 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     attention_backend: str = "auto"  # "auto" | "torch"
+    # Speculative decoding: None, "ngram" (prompt lookup) or "draft" (a smaller model
+    # sharing the tokenizer; without spec_draft_model, the target's own first
+    # spec_draft_layers layers plus its final norm and head).
+    spec_method: str | None = None
+    num_spec_tokens: int = 4  # the most tokens proposed for a sequence in one step
+    spec_ngram_max: int = 4  # n-gram lookup tries n from max down to min
+    spec_ngram_min: int = 2
+    spec_draft_model: str | None = None
+    spec_draft_layers: int | None = None  # self-draft depth; default a quarter of the target's
     num_threads: int | None = None  # torch intra-op threads on CPU; default: all cores
     seed: int = 0
 
@@ -77,6 +86,17 @@ class EngineConfig:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError("num_kv_blocks must be >= 1")
+        if self.spec_method not in (None, "ngram", "draft"):
+            raise ValueError(f"spec_method must be ngram or draft, not {self.spec_method!r}")
+        if self.num_spec_tokens < 1:
+            raise ValueError("num_spec_tokens must be >= 1")
+        if not 1 <= self.spec_ngram_min <= self.spec_ngram_max:
+            raise ValueError("spec n-gram sizes need 1 <= spec_ngram_min <= spec_ngram_max")
+        if self.spec_draft_layers is not None and self.spec_draft_layers < 1:
+            raise ValueError("spec_draft_layers must be >= 1")
+        self.spec_draft_path = (
+            resolve_model_path(self.spec_draft_model) if self.spec_draft_model else None
+        )
         if self.num_threads is None:
             self.num_threads = len(os.sched_getaffinity(0))
 

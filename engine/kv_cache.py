@@ -122,12 +122,28 @@ class BlockManager:
         seq.block_table = []
         seq.block_hashes = []
 
+    def trim(self, seq: Sequence, num_tokens: int) -> None:
+        """Gives back seq's blocks beyond num_tokens (slots of rejected proposals).
+
+        They hold nothing worth keeping, so they go to the front of the free list
+        and are reused before any block that a later request could still hit.
+        """
+        keep = self.blocks_needed(num_tokens)
+        while len(seq.block_table) > keep:
+            block_id = seq.block_table.pop()
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free[block_id] = None
+                self.free.move_to_end(block_id, last=False)
+
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Names seq's newly completed blocks so later requests can reuse them."""
         if not self.enable_prefix_caching:
             return
         bs = self.block_size
-        for i in range(len(seq.block_hashes), seq.num_computed_tokens // bs):
+        computed = min(seq.num_computed_tokens, len(seq.token_ids))
+        for i in range(len(seq.block_hashes), computed // bs):
             chunk = tuple(seq.token_ids[i * bs : (i + 1) * bs])
             block_hash = chain_hash(seq.block_hashes[-1] if seq.block_hashes else None, chunk)
             seq.block_hashes.append(block_hash)

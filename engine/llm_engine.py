@@ -19,6 +19,7 @@ from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from engine.spec import Speculator, build_speculator
 
 log = logging.getLogger("semgate.engine")
 
@@ -75,7 +76,10 @@ class LLMEngine:
             seed=config.seed,
         )
         self.sequences: dict[str, Sequence] = {}
-        self.stats = EngineStats()
+        self.stats = EngineStats(spec_method=config.spec_method)
+        self.speculator = build_speculator(
+            config, self.model, self.runner, self.block_manager, self.max_model_len, self.stats
+        )
         log.info(
             "engine ready in %.2fs: %s on %s (%s), %d KV blocks, attention=%s",
             time.perf_counter() - started,
@@ -85,6 +89,8 @@ class LLMEngine:
             num_blocks,
             self.runner.attention.name,
         )
+        if self.speculator is not None:
+            log.info("speculative decoding: %s", self.speculator.description)
 
     def make_sequence(
         self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
@@ -141,20 +147,56 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if not batch:
             return []
-        new_tokens = self.runner.execute(batch)
+        started = time.perf_counter()
+        spec = self.speculator
+        new_tokens = self.runner.execute(batch, spec.draft_probs if spec else {})
         now = time.perf_counter()
+        num_computed = sum(i.num_new_tokens for i in batch)
         sampled: list[Sequence] = []
+        tokens_of = iter(new_tokens)
         for item in batch:
             seq = item.seq
-            if item.samples:
-                sampled.append(seq)
-            seq.num_computed_tokens += item.num_new_tokens
-            self.block_manager.cache_full_blocks(seq)
-        self.stats.computed_tokens += sum(i.num_new_tokens for i in batch)
-        self.stats.generation_tokens += len(new_tokens)
-        for seq, token in zip(sampled, new_tokens, strict=True):
-            self._append_token(seq, token, now)
+            if not item.samples:
+                seq.num_computed_tokens += item.num_new_tokens
+                self.block_manager.cache_full_blocks(seq)
+                continue
+            tokens = next(tokens_of)
+            sampled.append(seq)
+            # KV stays valid for the real tokens and the accepted proposals; the
+            # slots of rejected ones are past num_computed_tokens and get rewritten.
+            num_drafts = len(item.spec_token_ids)
+            seq.num_computed_tokens += item.num_new_tokens - num_drafts + len(tokens) - 1
+            self.stats.generation_tokens += len(tokens)
+            if spec is not None:
+                spec.record(seq, num_drafts, len(tokens))
+            self._append_tokens(seq, tokens, now)
+            if not seq.finished:
+                if num_drafts:
+                    self.block_manager.trim(seq, seq.num_tokens)
+                self.block_manager.cache_full_blocks(seq)
+        self.stats.computed_tokens += num_computed
+        if spec is not None:
+            spec.observe_step(num_computed, now - started)
+            self._propose(spec)
         return [self._output(seq) for seq in sampled]
+
+    def _propose(self, spec: Speculator) -> None:
+        """Proposals for the next step, sized for what that step will compute anyway."""
+        running = self.scheduler.running
+        pending = sum(s.num_uncomputed_tokens for s in running if s.num_uncomputed_tokens > 1)
+        pending += sum(s.num_tokens for s in self.scheduler.waiting)
+        other = min(self.scheduler.max_num_batched_tokens, len(running) + pending)
+        spec.propose(running, other, self._draft_generators)
+
+    def _draft_generators(self, seq: Sequence, count: int) -> list[torch.Generator]:
+        return self.runner.position_generators(seq, count, salt=1)
+
+    def _append_tokens(self, seq: Sequence, tokens: list[int], now: float) -> None:
+        """Appends tokens in order until one of them ends the request."""
+        for token in tokens:
+            self._append_token(seq, token, now)
+            if seq.finished:
+                return
 
     def _append_token(self, seq: Sequence, token: int, now: float) -> None:
         seq.token_ids.append(token)
@@ -171,8 +213,11 @@ class LLMEngine:
             self._finish(seq, "length")
 
     def _finish(self, seq: Sequence, reason: str) -> None:
+        self.block_manager.cache_full_blocks(seq)
         self.scheduler.finish(seq, reason)
         self.runner.release(seq.request_id)
+        if self.speculator is not None:
+            self.speculator.release(seq.request_id)
         seq.metrics.finished_time = time.perf_counter()
         del self.sequences[seq.request_id]
 

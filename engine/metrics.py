@@ -52,3 +52,21 @@ class EngineStats:
     num_preemptions: int = 0
     computed_tokens: int = 0  # tokens forwarded through the model
     generation_tokens: int = 0
+    # Speculative decoding (vLLM's spec_decode counters).
+    spec_method: str | None = None
+    spec_num_drafts: int = 0  # verifications of at least one proposed token
+    spec_draft_tokens: int = 0  # tokens proposed
+    spec_accepted_tokens: int = 0  # of which kept
+
+    @property
+    def spec_acceptance_rate(self) -> float | None:
+        if not self.spec_draft_tokens:
+            return None
+        return self.spec_accepted_tokens / self.spec_draft_tokens
+
+    @property
+    def spec_mean_accepted_length(self) -> float | None:
+        """Tokens a speculating sequence gets per step: accepted drafts plus the target's."""
+        if not self.spec_num_drafts:
+            return None
+        return 1 + self.spec_accepted_tokens / self.spec_num_drafts

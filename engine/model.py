@@ -157,10 +157,14 @@ class CausalLM(nn.Module):
         attention: AttentionBackend,
         kv_caches: list[torch.Tensor],
         attn_meta: Any,
+        num_layers: int | None = None,
     ) -> torch.Tensor:
+        """Hidden states after the first num_layers layers (default all) and the final
+        norm: with fewer layers, the shallow self-draft of speculative decoding."""
         x = F.embedding(input_ids, self.embed)
         rope = self.rope.tables(positions, x.dtype)
-        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+        layers = self.layers if num_layers is None else self.layers[:num_layers]
+        for layer, kv_cache in zip(layers, kv_caches[: len(layers)], strict=True):
             x = layer(x, rope, attention, kv_cache, attn_meta)
         return self.norm(x)
 

@@ -1,7 +1,8 @@
 """Runs one scheduled step on the model: builds the flat batch, forwards, samples.
 
-The runner knows nothing of policy; it gets (sequence, number of new tokens)
-pairs and returns one sampled token for each sequence that reached its end.
+The runner knows nothing of policy; it gets (sequence, number of new tokens,
+proposed tokens) triples and returns the new tokens of each sequence that
+reached its end: one sampled token, or the accepted proposals plus one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from engine.attention import SequenceSlice, select_attention_backend
 from engine.kv_cache import allocate_kv_cache
 from engine.model import CausalLM
 from engine.sampler import Sampler
+from engine.sampling_params import MAX_SEED
 from engine.scheduler import ScheduledSequence
+from engine.sequence import Sequence
+from engine.spec.draft import DraftProposer
+from engine.spec.verifier import verify
 
 
 class ModelRunner:
@@ -37,6 +42,7 @@ class ModelRunner:
         )
         self.sampler = Sampler(device, seed)
         self.generators: dict[str, torch.Generator] = {}
+        self.drafter: DraftProposer | None = None  # set by the engine for draft-model spec
 
     def _generator(self, request_id: str, seed: int | None) -> torch.Generator | None:
         if seed is None:
@@ -53,21 +59,69 @@ class ModelRunner:
     def release(self, request_id: str) -> None:
         self.generators.pop(request_id, None)
 
-    def execute(self, batch: list[ScheduledSequence]) -> list[int]:
-        """Returns the new token of each sequence in batch that samples, in batch order."""
+    def position_generators(
+        self, seq: Sequence, count: int, salt: int = 0
+    ) -> list[torch.Generator]:
+        """Randomness for the next `count` output positions of seq. A seeded request
+        gets a generator keyed by (seed, position, salt): what it draws at a position
+        does not depend on how many proposals earlier steps verified, so its output is
+        reproducible. Unseeded requests share the engine's generator."""
+        seed = seq.params.seed
+        if seed is None:
+            return [self.sampler.generator] * count
+        gens = []
+        for position in range(seq.num_tokens, seq.num_tokens + count):
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(hash((seed, position, salt)) & MAX_SEED)
+            gens.append(gen)
+        return gens
+
+    def execute(
+        self, batch: list[ScheduledSequence], draft_probs: dict[str, torch.Tensor]
+    ) -> list[list[int]]:
+        """The new tokens of each sequence in batch that samples, in batch order.
+
+        draft_probs: the draft model's probabilities of a sampled request's
+        proposals; requests without an entry had point-mass (n-gram or greedy) drafts.
+        """
         logits = self.compute_logits(batch)
         if logits is None:
             return []
         sampling = [item for item in batch if item.samples]
-        return self.sampler(
-            logits,
-            [item.seq.params for item in sampling],
-            [self._generator(item.seq.request_id, item.seq.params.seed) for item in sampling],
-        )
+        # Row offsets: each sampling sequence owns 1 + len(spec_token_ids) rows.
+        starts = [0]
+        for item in sampling:
+            starts.append(starts[-1] + 1 + len(item.spec_token_ids))
+        plain = [i for i, item in enumerate(sampling) if not item.spec_token_ids]
+        out: list[list[int]] = [[] for _ in sampling]
+        if plain:
+            rows = self._to_device([starts[i] for i in plain])
+            tokens = self.sampler(
+                logits[rows],
+                [sampling[i].seq.params for i in plain],
+                [
+                    self._generator(sampling[i].seq.request_id, sampling[i].seq.params.seed)
+                    for i in plain
+                ],
+            )
+            for i, token in zip(plain, tokens, strict=True):
+                out[i] = [token]
+        for i, item in enumerate(sampling):
+            if item.spec_token_ids:
+                seq = item.seq
+                out[i] = verify(
+                    logits[starts[i] : starts[i + 1]],
+                    list(item.spec_token_ids),
+                    draft_probs.get(seq.request_id),
+                    seq.params,
+                    self.position_generators(seq, len(item.spec_token_ids) + 1),
+                )
+        return out
 
     @torch.inference_mode()
     def compute_logits(self, batch: list[ScheduledSequence]) -> torch.Tensor | None:
-        """Forwards the batch (writing its KV); float32 next-token logits of the sampling rows."""
+        """Forwards the batch (writing its KV); float32 logits of the sampling rows: the
+        last token's, and for a speculating sequence also each proposed token's."""
         bs = self.block_size
         input_ids: list[int] = []
         positions: list[int] = []
@@ -78,15 +132,19 @@ class ModelRunner:
             seq, start = item.seq, item.seq.num_computed_tokens
             end = start + item.num_new_tokens
             table = seq.block_table
-            input_ids += seq.token_ids[start:end]
+            input_ids += seq.token_ids[start : end - len(item.spec_token_ids)]
+            input_ids += item.spec_token_ids
             positions += range(start, end)
             slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
             slices.append(SequenceSlice(item.num_new_tokens, end, table))
             if item.samples:
-                logit_rows.append(len(input_ids) - 1)
+                last = len(input_ids)
+                logit_rows += range(last - 1 - len(item.spec_token_ids), last)
         ids_t, pos_t, slot_t = (self._to_device(x) for x in (input_ids, positions, slots))
         meta = self.attention.build_metadata(slices, slot_t, bs)
         hidden = self.model(ids_t, pos_t, self.attention, self.kv_caches, meta)
+        if self.drafter is not None:
+            self.drafter.keep_in_step(ids_t, pos_t, meta)
         if not logit_rows:
             return None
         rows = self._to_device(logit_rows)

@@ -28,6 +28,21 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]
     return logits
 
 
+def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """Each row's distribution after its temperature, top-k and top-p (greedy rows: T = 1)."""
+    temps = torch.tensor(
+        [p.temperature if not p.greedy else 1.0 for p in params], device=logits.device
+    ).unsqueeze(-1)
+    logits = apply_top_k_top_p(logits / temps, [p.top_k for p in params], [p.top_p for p in params])
+    return logits.softmax(dim=-1)
+
+
+def race(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw from each row of probs: argmax(p / E) with E ~ Exp(1) draws from p."""
+    noise = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / noise).argmax(dim=-1)
+
+
 class Sampler:
     def __init__(self, device: torch.device, seed: int) -> None:
         self.device = device
@@ -43,16 +58,9 @@ class Sampler:
         greedy = logits.argmax(dim=-1)
         if all(p.greedy for p in params):
             return greedy.tolist()
-        temps = torch.tensor(
-            [p.temperature if not p.greedy else 1.0 for p in params], device=logits.device
-        ).unsqueeze(-1)
-        logits = apply_top_k_top_p(
-            logits / temps, [p.top_k for p in params], [p.top_p for p in params]
-        )
-        probs = logits.softmax(dim=-1)
-        # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p. Each
-        # seeded request draws its noise from its own generator, so its tokens
-        # do not depend on what else is in the batch.
+        probs = sampling_probs(logits, params)
+        # Each seeded request draws its noise from its own generator, so its
+        # tokens do not depend on what else is in the batch.
         noise = torch.empty_like(probs).exponential_(generator=self.generator)
         for row, gen in enumerate(generators):
             if gen is not None and not params[row].greedy:

@@ -17,6 +17,7 @@ class SamplingParams:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    speculate: bool = True  # False opts this request out of speculative decoding
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -1,7 +1,8 @@
 """One scheduler, one token budget per step; no separate prefill and decode phases.
 
-Each step serves running decodes first (one token each), then prefill chunks
-of partially prefilled and waiting requests, until the budget or the sequence
+Each step serves running decodes first (one token each, plus the speculative
+tokens proposed for it), then prefill chunks of partially prefilled and waiting
+requests, until the budget or the sequence
 limit is reached. When KV blocks run out, the latest-arrived running request is
 preempted by recompute: its blocks are freed and it waits again at the front.
 The scheduler knows nothing of tensors.
@@ -20,12 +21,14 @@ from engine.sequence import Sequence, Status
 @dataclass(frozen=True)
 class ScheduledSequence:
     seq: Sequence
-    num_new_tokens: int
+    num_new_tokens: int  # query tokens this step, spec_token_ids included
+    spec_token_ids: tuple[int, ...] = ()  # proposed tokens to verify after the last one
 
     @property
     def samples(self) -> bool:
         """Whether this step computes the sequence's last token, so it gets a new one."""
-        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+        num_real = self.num_new_tokens - len(self.spec_token_ids)
+        return self.seq.num_computed_tokens + num_real == self.seq.num_tokens
 
 
 class Scheduler:
@@ -58,8 +61,11 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         scheduled: list[ScheduledSequence] = []
         preempted = False
-        # Decodes first (one new token), then partially prefilled sequences.
-        order = sorted(self.running, key=lambda s: s.num_uncomputed_tokens > 1)
+        # Decodes first (one new token), then speculating decodes (the attention
+        # backend batches the leading one-token queries), then partial prefills.
+        order = sorted(
+            self.running, key=lambda s: (s.num_uncomputed_tokens > 1, bool(s.spec_token_ids))
+        )
         for seq in order:
             if budget == 0:
                 break
@@ -68,6 +74,13 @@ class Scheduler:
             num_new = min(seq.num_uncomputed_tokens, budget)
             if num_new < seq.num_uncomputed_tokens and not self.enable_chunked_prefill:
                 continue
+            # Proposals only ride on a decode, and only as far as the budget reaches.
+            spec = tuple(seq.spec_token_ids[: budget - 1]) if seq.num_uncomputed_tokens == 1 else ()
+            if spec and not self.block_manager.allocate(
+                seq, seq.num_computed_tokens + num_new + len(spec)
+            ):
+                spec = ()  # never preempt anyone for a guess
+            num_new += len(spec)
             while not self.block_manager.allocate(seq, seq.num_computed_tokens + num_new):
                 preempted = True
                 victim = next(
@@ -77,7 +90,7 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                scheduled.append(ScheduledSequence(seq, num_new))
+                scheduled.append(ScheduledSequence(seq, num_new, spec))
                 budget -= num_new
         # New requests only when nothing had to be preempted for the running ones.
         while (
@@ -112,6 +125,7 @@ class Scheduler:
         self.block_manager.free_sequence(seq)
         seq.status = Status.WAITING
         seq.num_computed_tokens = 0
+        seq.spec_token_ids = []
         seq.metrics.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(seq)

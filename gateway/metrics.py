@@ -50,6 +50,8 @@ class _LiveCollector(Collector):
                 "Prompt tokens found in the prefix cache.",
                 g.prefix_cache_hits,
             )
+            if g.spec_method is not None:
+                yield from _spec_metrics(g)
         s = self.cache_stats()
         if s is None:
             return
@@ -73,6 +75,18 @@ class _LiveCollector(Collector):
         for kind, count in sorted(s.errors.items()):
             errors.add_metric([kind], count)
         yield errors
+
+
+def _spec_metrics(g: EngineGauges) -> Iterator[Metric]:
+    """vLLM's spec_decode counters, labelled by method; rates follow from them."""
+    for name, doc, value in (
+        ("num_drafts", "Verifications of at least one proposed token.", g.spec_num_drafts),
+        ("num_draft_tokens", "Tokens proposed.", g.spec_draft_tokens),
+        ("num_accepted_tokens", "Proposed tokens accepted.", g.spec_accepted_tokens),
+    ):
+        family = CounterMetricFamily(f"semgate_spec_decode_{name}", doc, labels=["method"])
+        family.add_metric([g.spec_method], value)
+        yield family
 
 
 class GatewayMetrics:

@@ -36,7 +36,12 @@ def build_upstream(settings: Settings) -> Upstream:
         model=settings.model,
         max_model_len=settings.max_model_len,
         max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=max(64, settings.max_num_seqs),
+        max_num_batched_tokens=settings.max_num_batched_tokens or max(64, settings.max_num_seqs),
+        enable_chunked_prefill=settings.chunked_prefill,
+        enable_prefix_caching=settings.prefix_caching,
+        spec_method=settings.spec_method,
+        num_spec_tokens=settings.num_spec_tokens,
+        spec_draft_model=settings.spec_draft_model,
         num_threads=settings.num_threads,
     )
     return InProcessEngine(config, max_waiting=settings.max_waiting)

@@ -25,6 +25,12 @@ def _settings(args: argparse.Namespace) -> Settings:
         model=args.model,
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        chunked_prefill=False if args.no_chunked_prefill else None,
+        prefix_caching=False if args.no_prefix_caching else None,
+        spec_method=args.spec_method,
+        num_spec_tokens=args.num_spec_tokens,
+        spec_draft_model=args.spec_draft_model,
         num_threads=args.num_threads,
         max_waiting=args.max_waiting,
         upstreams=args.upstream.split(",") if args.upstream else None,
@@ -76,6 +82,24 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-model-len", type=int, default=None)
     serve.add_argument("--max-num-seqs", type=int, default=None, help="engine batch size")
     serve.add_argument("--num-threads", type=int, default=None, help="engine CPU threads")
+    serve.add_argument(
+        "--max-num-batched-tokens", type=int, default=None, help="token budget of one step"
+    )
+    serve.add_argument(
+        "--no-chunked-prefill", action="store_true", help="prefill each prompt in one step"
+    )
+    serve.add_argument(
+        "--no-prefix-caching", action="store_true", help="no KV reuse across requests"
+    )
+    serve.add_argument(
+        "--spec-method", choices=("ngram", "draft"), default=None, help="speculative decoding"
+    )
+    serve.add_argument("--num-spec-tokens", type=int, default=None, help="tokens proposed a step")
+    serve.add_argument(
+        "--spec-draft-model",
+        default=None,
+        help="draft model for --spec-method draft (default: the target's own first layers)",
+    )
     serve.add_argument(
         "--max-waiting", type=int, default=None, help="queued requests before 429 (default 256)"
     )

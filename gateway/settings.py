@@ -33,6 +33,12 @@ class Settings:
     model: str = DEFAULT_MODEL
     max_model_len: int | None = None
     max_num_seqs: int = 64
+    max_num_batched_tokens: int | None = None  # token budget of one step (engine default)
+    chunked_prefill: bool = True
+    prefix_caching: bool = True
+    spec_method: str | None = None  # None | "ngram" | "draft"
+    num_spec_tokens: int = 4
+    spec_draft_model: str | None = None  # "draft" without one: the target's own first layers
     num_threads: int | None = None
     # Requests allowed to wait for a free engine slot; past it, 429 with Retry-After.
     max_waiting: int = 256
@@ -136,6 +142,10 @@ def _from_env(env: Any) -> dict[str, Any]:
         "model": str,
         "max_model_len": int,
         "max_num_seqs": int,
+        "max_num_batched_tokens": int,
+        "spec_method": str,
+        "num_spec_tokens": int,
+        "spec_draft_model": str,
         "num_threads": int,
         "max_waiting": int,
         "upstream_timeout": float,
@@ -157,7 +167,7 @@ def _from_env(env: Any) -> dict[str, Any]:
                 out[name] = cast(raw)
             except ValueError as exc:
                 raise ValueError(f"SEMGATE_{name.upper()}={raw!r}: {exc}") from exc
-    for name in ("cache", "early_start"):
+    for name in ("cache", "early_start", "chunked_prefill", "prefix_caching"):
         raw = env.get(f"SEMGATE_{name.upper()}")
         if raw:
             out[name] = raw.lower() not in ("0", "false", "no", "off")

@@ -46,6 +46,11 @@ class EngineGauges:
     kv_cache_usage: float = 0.0
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+    # Speculative decoding, when the engine runs it (method None: off).
+    spec_method: str | None = None
+    spec_num_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
 
 
 class UpstreamError(APIError):

@@ -52,6 +52,10 @@ class InProcessEngine:
             kv_cache_usage=stats.kv_cache_usage,
             prefix_cache_queries=stats.prefix_cache_queries,
             prefix_cache_hits=stats.prefix_cache_hits,
+            spec_method=stats.spec_method,
+            spec_num_drafts=stats.spec_num_drafts,
+            spec_draft_tokens=stats.spec_draft_tokens,
+            spec_accepted_tokens=stats.spec_accepted_tokens,
         )
 
     def _params(self, job: ChatJob, prompt_tokens: int) -> SamplingParams:

@@ -9,6 +9,7 @@ import re
 import signal
 from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 
 from gateway.upstream.base import ChatJob, Delta, UpstreamError
@@ -21,8 +22,10 @@ ENGINE_ARGS = ["--no-cache", "--num-threads", "1", "--max-model-len", str(MAX_MO
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[list[Server]]:
-    """Two engine servers, loading their models at the same time."""
-    with serving(Server(ENGINE_ARGS), Server(ENGINE_ARGS)) as pair:
+    """Two engine servers, loading their models at the same time. The second one
+    speculates (n-gram lookup): lossless, so both must give the same greedy answers."""
+    spec = ["--spec-method", "ngram", "--num-spec-tokens", "4"]
+    with serving(Server(ENGINE_ARGS), Server(ENGINE_ARGS + spec)) as pair:
         yield pair
 
 
@@ -100,6 +103,24 @@ def test_greedy_answers_match_and_round_robin_uses_both(servers, caplog):
     assert first == second
     assert answers == [first] * 4
     assert sorted(answered_by(caplog)) == sorted([s.port for s in servers] * 2)
+
+
+def test_the_speculating_server_answers_the_same_and_counts_its_drafts(servers):
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Repeat: one two three four five six. " * 3}],
+        "max_tokens": 32,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    plain, spec = (
+        httpx.post(s.url + "/v1/chat/completions", json=body, timeout=60).json() for s in servers
+    )
+    assert plain["choices"][0]["message"] == spec["choices"][0]["message"]
+    proposed = metric(servers[1], 'semgate_spec_decode_num_draft_tokens_total{method="ngram"}')
+    accepted = metric(servers[1], 'semgate_spec_decode_num_accepted_tokens_total{method="ngram"}')
+    assert 0 < accepted <= proposed
+    assert "semgate_spec_decode" not in httpx.get(servers[0].url + "/metrics").text
 
 
 def test_dead_url_is_unhealthy_and_requests_go_to_the_live_one(servers):
