@@ -22,6 +22,7 @@ test: $(BOOT)
 
 bench: $(BOOT)
 	$(VENV)/bin/semgate bench engine
+	$(VENV)/bin/semgate bench spec
 	$(VENV)/bin/semgate bench cache
 	$(VENV)/bin/semgate bench gateway
 

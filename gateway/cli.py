@@ -86,6 +86,13 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_spec(args: argparse.Namespace) -> int:
+    from engine.bench.spec_bench import run_spec_bench
+
+    run_spec_bench(quick=args.quick, out_path=args.out)
+    return 0
+
+
 def cmd_bench_cache(args: argparse.Namespace) -> int:
     from gateway.cache_bench import run_cache_bench
 
@@ -98,6 +105,10 @@ def cmd_bench_gateway(args: argparse.Namespace) -> int:
 
     run_gateway_bench(quick=args.quick, out_path=args.out)
     return 0
+
+
+def cmd_loadtest(args: argparse.Namespace) -> int:
+    return args.loadtest_func(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--quick", action="store_true", help="a one-minute smoke run")
     engine.add_argument("--out", type=Path, default=Path("bench-results/engine.json"))
     engine.set_defaults(func=cmd_bench_engine)
+    spec = bench_sub.add_parser("spec", help="speculative decoding on against off")
+    spec.add_argument("--quick", action="store_true", help="a short smoke run")
+    spec.add_argument("--out", type=Path, default=Path("bench-results/spec.json"))
+    spec.set_defaults(func=cmd_bench_spec)
     cache_bench = bench_sub.add_parser("cache", help="cache lookup latency and throughput")
     cache_bench.add_argument("--quick", action="store_true", help="a short smoke run")
     cache_bench.add_argument("--out", type=Path, default=Path("bench-results/cache.json"))
@@ -134,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_bench.set_defaults(func=cmd_bench_gateway)
     add_cache_commands(sub)
     add_serve_command(sub)
+    from loadtest.cli import add_subcommands as add_loadtest_commands  # argparse only
+
+    loadtest = sub.add_parser("loadtest", help="load tests and server comparisons over HTTP")
+    add_loadtest_commands(loadtest)
+    loadtest.set_defaults(func=cmd_loadtest)
     return parser
 
 

@@ -1,0 +1,167 @@
+"""`semgate loadtest run|scenario ...` and `python -m loadtest run|scenario ...`.
+
+Only argparse at import: the commands import what they need when they run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loadtest.scenarios import SCENARIOS
+from loadtest.workload import WORKLOADS
+
+if TYPE_CHECKING:
+    from loadtest.workload import WorkloadOptions
+
+DEFAULT_OUT = Path("bench-results/loadtest")
+
+
+def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--num-requests", type=int, default=None, help="bound on requests sent")
+    parser.add_argument("--duration", type=float, default=None, help="bound in seconds")
+    load = parser.add_mutually_exclusive_group()
+    load.add_argument("--rate", type=float, default=None, help="open loop: Poisson req/s")
+    load.add_argument("--concurrency", type=int, default=None, help="closed loop: in flight")
+    parser.add_argument("--max-prompt-tokens", type=int, default=None, help="ShareGPT prompts")
+    parser.add_argument("--max-output-tokens", type=int, default=None, help="every answer")
+    parser.add_argument(
+        "--rag-tokens", type=int, nargs=2, default=None, metavar=("MIN", "MAX"),
+        help="length range of the rag prompts (default 1024 4096)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rag-contexts", type=int, default=None,
+        help="rag prompts share this many contexts (default 0: one each)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--long-fraction", type=float, default=None, help="mixed: share of rag prompts (0.2)"
+    )
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="the request's model")
+    parser.add_argument(
+        "--tokenizer", default=None, help="counts workload tokens (default: --model)"
+    )
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def build_parser(prog: str = "python -m loadtest") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    add_subcommands(parser)
+    return parser
+
+
+def add_subcommands(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="loadtest_command", required=True)
+    run = sub.add_parser(
+        "run", help="drive an OpenAI-compatible endpoint with streaming chat completions"
+    )
+    run.add_argument("--url", default="http://127.0.0.1:8000", help="server root or its /v1")
+    run.add_argument("--workload", choices=WORKLOADS, default="sharegpt")
+    run.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="Bearer key")
+    run.add_argument(
+        "--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
+        help="send vLLM's ignore_eos so answers are as long as the workload says (not for "
+        "repeat, whose answers must end by themselves to be cacheable)",
+    )  # fmt: skip
+    run.add_argument("--temperature", type=float, default=0.0)
+    run.add_argument("--out", type=Path, default=DEFAULT_OUT / "run", help="report directory")
+    _add_workload_arguments(run)
+    run.set_defaults(loadtest_func=cmd_run)
+
+    scenario = sub.add_parser("scenario", help="start two servers and compare them on one workload")
+    scenario.add_argument("name", choices=sorted(SCENARIOS))
+    scenario.add_argument("--rounds", type=int, default=2, help="alternating rounds (2)")
+    scenario.add_argument(
+        "--num-threads", type=int, default=1, help="engine CPU threads of each server (1)"
+    )
+    scenario.add_argument("--out", type=Path, default=None, help=f"default {DEFAULT_OUT}/NAME")
+    _add_workload_arguments(scenario)
+    scenario.set_defaults(loadtest_func=cmd_scenario)
+
+
+def _workload_options(args: argparse.Namespace, defaults: dict[str, object]) -> WorkloadOptions:
+    from loadtest.workload import WorkloadOptions
+
+    flags = {
+        "num_requests": args.num_requests,
+        "max_prompt_tokens": args.max_prompt_tokens,
+        "max_output_tokens": args.max_output_tokens,
+        "rag_tokens": tuple(args.rag_tokens) if args.rag_tokens else None,
+        "rag_contexts": args.rag_contexts,
+        "long_fraction": args.long_fraction,
+        "tokenizer": args.tokenizer or args.model,
+        "seed": args.seed,
+    }
+    given = {key: value for key, value in flags.items() if value is not None}
+    return WorkloadOptions(**{**defaults, **given})
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from loadtest.client import Endpoint
+    from loadtest.load import LoadTest, run_load_test
+    from loadtest.runner import LoadShape
+
+    console = Console(stderr=True)
+    test = LoadTest(
+        workload=args.workload,
+        options=_workload_options(args, {"num_requests": 50}),
+        endpoint=Endpoint(
+            Endpoint.chat_url(args.url),
+            args.model,
+            api_key=args.api_key,
+            ignore_eos=args.ignore_eos,
+            temperature=args.temperature,
+            timeout=args.timeout,
+        ),
+        shape=LoadShape(
+            # --rate and --concurrency exclude each other; neither: 1 req/s open loop
+            rate=1.0 if args.rate is None and args.concurrency is None else args.rate,
+            concurrency=args.concurrency,
+            duration=args.duration or 600.0,
+            seed=args.seed,
+        ),
+    )
+    _, report = run_load_test(test, args.out, console)
+    console.print(f"report: {report}")
+    return 0
+
+
+def cmd_scenario(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from loadtest.compare import ScenarioRun, run_scenario
+    from loadtest.runner import LoadShape
+
+    console = Console(stderr=True)
+    scenario = SCENARIOS[args.name]
+    run = ScenarioRun(
+        scenario, rounds=args.rounds, num_threads=args.num_threads, timeout=args.timeout,
+        model=args.model, seed=args.seed,
+    )  # fmt: skip
+    options = _workload_options(args, {"num_requests": scenario.num_requests, **scenario.options})
+    closed = args.concurrency is not None or (args.rate is None and scenario.rate is None)
+    shape = LoadShape(
+        rate=None if closed else (args.rate or scenario.rate),
+        concurrency=(args.concurrency or scenario.concurrency) if closed else None,
+        duration=args.duration or 900.0,
+        seed=args.seed,
+    )
+    report = run_scenario(run, options, shape, args.out or DEFAULT_OUT / args.name, console)
+    console.print(f"report: {report}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.loadtest_func(args)
+    except (ValueError, RuntimeError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

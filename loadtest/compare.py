@@ -1,0 +1,128 @@
+"""Runs a scenario: starts one `semgate serve` per side, sends both the same workload at the
+same offered load in alternating rounds (A B, B A, ...), and writes one comparison report."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+from rich.console import Console
+
+from loadtest.client import Endpoint
+from loadtest.headline import Headline
+from loadtest.record import RequestRecord
+from loadtest.report import print_table, write_run_report
+from loadtest.runner import LoadShape, run_load
+from loadtest.scenarios import Scenario, Side
+from loadtest.summary import summarize
+from loadtest.workload import WorkItem, WorkloadOptions, build_workload
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    scenario: Scenario
+    rounds: int = 2
+    num_threads: int = 1  # the engine's CPU threads in each server
+    timeout: float = 300.0
+    model: str = "smollm2-135m-instruct"
+    seed: int = 0
+
+    def serve_args(self, side: Side, redis_dir: str | None) -> list[str]:
+        cache = ["--redis-data-dir", redis_dir] if redis_dir else ["--no-cache"]
+        return ["--num-threads", str(self.num_threads), *side.serve_args, *cache]
+
+    def command(self, side: Side) -> str:
+        """The side's server command line, for the report."""
+        args = self.serve_args(side, "DIR" if side.cache else None)
+        return "semgate serve " + " ".join(args)
+
+
+def _warm_up(url: str, model: str) -> None:
+    """One short request, so the first measured one pays no first-call costs."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}
+    headers = {"Cache-Control": "no-store"}
+    httpx.post(Endpoint.chat_url(url), json=body, headers=headers, timeout=300).raise_for_status()
+
+
+def _describe(run: ScenarioRun, shape: LoadShape, count: int) -> str:
+    scenario = run.scenario
+    load = (
+        f"Poisson arrivals at {shape.rate:g} req/s"
+        if shape.rate is not None
+        else f"closed loop with {shape.concurrency} in flight"
+    )
+    servers = "; ".join(f"{side.label}: `{run.command(side)}`" for side in scenario.sides)
+    return (
+        f"{scenario.about}\n\n`{scenario.workload}` workload, {count} requests a side in "
+        f"{run.rounds} alternating rounds, {load}. Servers: {servers}."
+    )
+
+
+def _drive(
+    run: ScenarioRun, items: list[WorkItem], shape: LoadShape, urls: list[str], console: Console
+) -> tuple[dict[str, list[RequestRecord]], dict[str, float]]:
+    """Each round's slice of the workload on every side, alternating which side goes first;
+    the rounds' records are laid end to end on one timeline per side."""
+    sides = run.scenario.sides
+    runs: dict[str, list[RequestRecord]] = {side.label: [] for side in sides}
+    elapsed = dict.fromkeys(runs, 0.0)
+    for r, indices in enumerate(np.array_split(np.arange(len(items)), run.rounds)):
+        order = list(zip(sides, urls, strict=True))
+        for side, url in order if r % 2 == 0 else reversed(order):
+            endpoint = Endpoint(Endpoint.chat_url(url), run.model, timeout=run.timeout)
+            round_shape = dataclasses.replace(shape, seed=shape.seed + r)
+            chunk = [items[i] for i in indices]
+            label = f"{side.label} ({r + 1}/{run.rounds})"
+            result = asyncio.run(run_load(chunk, endpoint, round_shape, console, label))
+            offset, first = elapsed[side.label], int(indices[0])
+            runs[side.label] += [
+                dataclasses.replace(rec, index=rec.index + first, sent_at=rec.sent_at + offset)
+                for rec in result.records
+            ]
+            elapsed[side.label] += result.elapsed
+    return runs, elapsed
+
+
+def run_scenario(
+    run: ScenarioRun, options: WorkloadOptions, shape: LoadShape, out_dir: Path, console: Console
+) -> Path:
+    """Runs the scenario and writes its report into `out_dir`; returns the report's path."""
+    from gateway.serve_process import ServeProcess, serving
+
+    scenario = run.scenario
+    with console.status(f"building the {scenario.workload} workload ..."):
+        items = build_workload(scenario.workload, options)
+    with contextlib.ExitStack() as stack:
+        servers = [
+            ServeProcess(
+                run.serve_args(
+                    side, stack.enter_context(tempfile.TemporaryDirectory()) if side.cache else None
+                )
+            )
+            for side in scenario.sides
+        ]
+        with console.status("starting the servers ..."):
+            stack.enter_context(serving(*servers))
+            for server in servers:
+                _warm_up(server.url, run.model)
+        runs, elapsed = _drive(run, items, shape, [s.url for s in servers], console)
+    summaries = {label: summarize(records, elapsed[label]) for label, records in runs.items()}
+    headline = Headline.of(scenario.headline_name, scenario.headline, summaries, scenario.goal)
+    print_table(console, summaries, f"scenario {scenario.name}")
+    console.print(headline.text().replace("**", ""))
+    meta = {
+        "scenario": scenario.name,
+        "headline": headline.as_dict(),
+        "rounds": run.rounds,
+        "servers": {side.label: run.command(side) for side in scenario.sides},
+        "options": dataclasses.asdict(options),
+        "shape": dataclasses.asdict(shape),
+    }
+    intro = _describe(run, shape, len(items)) + "\n\n" + headline.text()
+    return write_run_report(out_dir, f"Scenario: {scenario.name}", intro, runs, summaries, meta)

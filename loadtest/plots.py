@@ -1,0 +1,102 @@
+"""PNG plots of one run or of several side by side (label -> records), drawn on
+matplotlib Figures directly (the Agg canvas; no pyplot state, no display)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
+
+from loadtest.record import RequestRecord
+
+Runs = dict[str, list[RequestRecord]]
+
+
+def _latencies_ms(records: list[RequestRecord]) -> dict[str, list[float]]:
+    done = [r for r in records if r.ok]
+    return {
+        "TTFT": [r.ttft * 1e3 for r in done if r.ttft is not None],
+        "ITL": [gap * 1e3 for r in done for gap in r.itl],
+        "end-to-end": [r.e2e * 1e3 for r in done if r.e2e is not None],
+    }
+
+
+def latency_cdfs(runs: Runs, path: Path) -> None:
+    fig = Figure(figsize=(13, 4), layout="constrained")
+    axes = fig.subplots(1, 3)
+    for label, records in runs.items():
+        for ax, values in zip(axes, _latencies_ms(records).values(), strict=True):
+            if values:
+                xs = np.sort(values)
+                ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=label)
+    for ax, name in zip(axes, ("TTFT", "ITL", "end-to-end"), strict=True):
+        ax.set(xscale="log", xlabel=f"{name} (ms, log scale)", ylabel="fraction of samples")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(f"{name} CDF")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="best")
+    fig.savefig(path, dpi=110)
+
+
+def itl_over_time(runs: Runs, path: Path) -> None:
+    """Each inter-token gap at the time its chunk arrived; red lines where long prompts
+    were sent."""
+    fig = Figure(figsize=(13, 3.2 * len(runs)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(len(runs), 1, sharex=True, squeeze=False)[:, 0])
+    for ax, (label, records) in zip(axes, runs.items(), strict=True):
+        times = [t for r in records if r.ok for t in r.chunk_times()[1:]]
+        gaps = [gap * 1e3 for r in records if r.ok for gap in r.itl]
+        ax.scatter(times, gaps, s=4, alpha=0.5, label="inter-token gap")
+        for i, r in enumerate(r for r in records if r.long):
+            ax.axvline(r.sent_at, color="red", ls="--", lw=0.8, label=None if i else "long prompt")
+        ax.set(yscale="log", ylabel="ITL (ms, log scale)", title=f"ITL over time: {label}")
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="best")
+    axes[-1].set_xlabel("time since the start of the run (s)")
+    fig.savefig(path, dpi=110)
+
+
+def _token_times(records: list[RequestRecord]) -> tuple[list[float], list[float]]:
+    """Chunk arrival times and the output tokens each carried (a request's usage count
+    spread evenly over its chunks)."""
+    times: list[float] = []
+    weights: list[float] = []
+    for r in records:
+        chunks = r.chunk_times()
+        if r.ok and chunks and r.completion_tokens:
+            times += chunks
+            weights += [r.completion_tokens / len(chunks)] * len(chunks)
+    return times, weights
+
+
+def throughput_over_time(runs: Runs, path: Path, bin_s: float = 2.0) -> None:
+    fig = Figure(figsize=(13, 6), layout="constrained")
+    tokens_ax, requests_ax = fig.subplots(2, 1, sharex=True)
+    for label, records in runs.items():
+        times, weights = _token_times(records)
+        ends = [r.finished_at for r in records if r.ok and r.finished_at is not None]
+        if not ends:
+            continue
+        edges = np.arange(0.0, max(ends) + bin_s, bin_s)
+        tokens, _ = np.histogram(times, bins=edges, weights=weights)
+        requests, _ = np.histogram(ends, bins=edges)
+        tokens_ax.stairs(tokens / bin_s, edges, label=label)
+        requests_ax.stairs(requests / bin_s, edges, label=label)
+    tokens_ax.set(ylabel="output tokens/s", title=f"Throughput over time ({bin_s:g} s bins)")
+    requests_ax.set(ylabel="completed requests/s", xlabel="time since the start of the run (s)")
+    for ax in (tokens_ax, requests_ax):
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best")
+    fig.savefig(path, dpi=110)
+
+
+def write_plots(runs: Runs, out_dir: Path) -> list[Path]:
+    """The three plots as PNGs in `out_dir`; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / name for name in ("latency_cdf.png", "itl_over_time.png", "throughput.png")]
+    for draw, path in zip((latency_cdfs, itl_over_time, throughput_over_time), paths, strict=True):
+        draw(runs, path)
+    return paths

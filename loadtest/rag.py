@@ -1,0 +1,90 @@
+"""The rag workload: long prompts built of real ShareGPT answers as passages, followed by a
+question that wants a short answer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from loadtest.workload import WorkItem, WorkloadOptions
+
+if TYPE_CHECKING:
+    from engine.tokenizer import Tokenizer
+
+QUESTIONS = (
+    "What is the main topic of these passages?",
+    "Summarize the first passage in one sentence.",
+    "Which passage is the most technical, and why?",
+    "List three keywords that describe the passages.",
+    "What question was the last passage most likely answering?",
+    "Name one concrete recommendation made in the passages.",
+    "Which passage would a beginner find hardest to follow?",
+    "What tone do the passages have?",
+)
+ANSWER_TOKENS = (16, 64)  # range of answer lengths, capped by max_output_tokens
+_PASSAGE_TOKENS = (64, 1024)  # answers outside this range make poor passages
+_INSTRUCTION = "Read the passages below, then answer the question after them briefly.\n\n"
+
+
+def _passages(tokenizer: Tokenizer) -> Iterator[list[int]]:
+    """Token ids of ShareGPT answers, in file order."""
+    from engine.bench.sharegpt import first_exchange, iter_conversations
+
+    lo, hi = _PASSAGE_TOKENS
+    for turns in iter_conversations():
+        exchange = first_exchange(turns)
+        if exchange is None:
+            continue
+        ids = tokenizer.encode(exchange[1].strip())
+        if lo <= len(ids) <= hi:
+            yield ids
+
+
+def _context(tokenizer: Tokenizer, passages: Iterator[list[int]], budget: int) -> str:
+    """Numbered passages that fill `budget` tokens; the last one is cut to fit."""
+    parts: list[str] = []
+    used = 0
+    while used < budget:
+        header = f"[Passage {len(parts) + 1}]\n"
+        room = budget - used - len(tokenizer.encode(header))
+        if room <= 0:
+            break
+        ids = next(passages)[:room]
+        parts.append(header + tokenizer.decode(ids) + "\n\n")
+        used += len(tokenizer.encode(parts[-1]))
+    return "".join(parts)
+
+
+def rag_items(tokenizer: Tokenizer, count: int, options: WorkloadOptions) -> list[WorkItem]:
+    """`count` prompts of rag_tokens[0]..rag_tokens[1] tokens. With rag_contexts = K > 0
+    the prompts share K contexts (long common prefixes) and differ
+    in their questions; with 0 every prompt has its own context."""
+    if count == 0:
+        return []
+    rng = np.random.default_rng(options.seed + 1)
+    lo, hi = options.rag_tokens
+    passages = _passages(tokenizer)
+    num_contexts = options.rag_contexts or count
+    overhead = len(tokenizer.encode(_INSTRUCTION + "Question: " + max(QUESTIONS, key=len)))
+    contexts = [
+        _INSTRUCTION + _context(tokenizer, passages, int(rng.integers(lo, hi + 1)) - overhead)
+        for _ in range(num_contexts)
+    ]
+    items = []
+    for i in range(count):
+        question = QUESTIONS[int(rng.integers(len(QUESTIONS)))]
+        prompt = contexts[i % num_contexts] + "Question: " + question
+        answer = int(rng.integers(ANSWER_TOKENS[0], ANSWER_TOKENS[1] + 1))
+        items.append(
+            WorkItem(
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=min(answer, options.max_output_tokens),
+                exact_length=True,
+                kind="rag",
+                long=True,
+                prompt_tokens=len(tokenizer.encode(prompt)),
+            )
+        )
+    return items

@@ -1,0 +1,95 @@
+"""Results on disk: the JSON results, the PNG plots and a short Markdown report, and the
+same summary table on the terminal."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from loadtest.plots import Runs, write_plots
+
+Summaries = dict[str, dict[str, Any]]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _pcts(stats: dict[str, Any]) -> str:
+    return " / ".join(_ms(stats[k]) for k in ("p50_ms", "p90_ms", "p99_ms"))
+
+
+def table_rows(summaries: Summaries) -> list[tuple[str, list[str]]]:
+    """(metric, one cell per run) for the summary table."""
+
+    def row(name: str, cell: Any) -> tuple[str, list[str]]:
+        return name, [cell(s) for s in summaries.values()]
+
+    def rate(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    return [
+        row("requests: completed / sent", lambda s: f"{s['completed']} / {s['requests']}"),
+        row("error rate", lambda s: rate(s["error_rate"])),
+        row("request throughput (req/s)", lambda s: f"{s['request_throughput']:.2f}"),
+        row("output throughput (tok/s)", lambda s: f"{s['output_token_throughput']:.1f}"),
+        row("cache hit rate", lambda s: rate(s["cache_hit_rate"])),
+        row("TTFT p50 / p90 / p99 (ms)", lambda s: _pcts(s["ttft"])),
+        row("ITL p50 / p90 / p99 (ms)", lambda s: _pcts(s["itl"])),
+        row("e2e p50 / p90 / p99 (ms)", lambda s: _pcts(s["e2e"])),
+        row(
+            "ITL during long prefills p50 / p90 / p99",
+            lambda s: _pcts(s["itl_during_long_prefill"]),
+        ),
+        row("long prompts: TTFT p50 / p99 (ms)", lambda s: _long_ttft(s)),
+    ]
+
+
+def _long_ttft(summary: dict[str, Any]) -> str:
+    stats = summary["long"]["ttft"]
+    return "-" if not stats["n"] else f"{_ms(stats['p50_ms'])} / {_ms(stats['p99_ms'])}"
+
+
+def markdown_table(summaries: Summaries) -> str:
+    lines = ["| metric | " + " | ".join(summaries) + " |", "|---" * (len(summaries) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in table_rows(summaries)]
+    return "\n".join(lines)
+
+
+def print_table(console: Console, summaries: Summaries, title: str) -> None:
+    table = Table(title=title)
+    table.add_column("metric")
+    for label in summaries:
+        table.add_column(label, justify="right")
+    for name, cells in table_rows(summaries):
+        table.add_row(name, *cells)
+    console.print(table)
+
+
+def records_json(runs: Runs) -> dict[str, list[dict[str, Any]]]:
+    return {label: [dataclasses.asdict(r) for r in records] for label, records in runs.items()}
+
+
+def markdown_report(title: str, intro: str, summaries: Summaries, plots: list[Path]) -> str:
+    images = "\n\n".join(f"![{p.stem}]({p.name})" for p in plots)
+    return f"# {title}\n\n{intro}\n\n{markdown_table(summaries)}\n\n{images}\n"
+
+
+def write_run_report(
+    out_dir: Path, title: str, intro: str, runs: Runs, summaries: Summaries, meta: dict[str, Any]
+) -> Path:
+    """results.json, the plots and report.md in `out_dir`; returns the report's path."""
+    from engine.bench.report import write_report
+
+    plots = write_plots(runs, out_dir)
+    write_report(
+        out_dir / "results.json",
+        {"meta": meta, "summary": summaries, "requests": records_json(runs)},
+    )
+    report = out_dir / "report.md"
+    report.write_text(markdown_report(title, intro, summaries, plots))
+    return report

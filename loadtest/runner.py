@@ -1,0 +1,122 @@
+"""The load generator: sends a workload open loop (Poisson arrivals) or closed loop (a fixed
+number of requests in flight), bounded by a request count and a duration."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import httpx
+from rich.console import Console
+
+from loadtest.client import Endpoint, send
+from loadtest.record import RequestRecord
+from loadtest.schedule import poisson_arrivals
+from loadtest.workload import WorkItem
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    """Exactly one of `rate` (open loop, requests per second) and `concurrency` (closed
+    loop). No request is sent after `duration` seconds; those in flight then finish (each
+    within the endpoint's timeout)."""
+
+    rate: float | None = None
+    concurrency: int | None = None
+    duration: float = 600.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.rate is None) == (self.concurrency is None):
+            raise ValueError("give exactly one of rate (open loop) and concurrency (closed loop)")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+
+
+@dataclass
+class RunResult:
+    records: list[RequestRecord]  # in the order they were sent
+    elapsed: float  # seconds from the start to the last answer
+
+
+def _record(index: int, item: WorkItem, endpoint: Endpoint, sent_at: float) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        kind=item.kind,
+        long=item.long,
+        max_tokens=item.max_tokens,
+        ignore_eos=endpoint.ignore_eos and item.exact_length,
+        sent_at=sent_at,
+    )
+
+
+class _Run:
+    def __init__(self, items: list[WorkItem], endpoint: Endpoint, shape: LoadShape) -> None:
+        self.items, self.endpoint, self.shape = items, endpoint, shape
+        self.records: list[RequestRecord] = []
+        self.start = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.start
+
+    async def one(self, client: httpx.AsyncClient, index: int, at: float) -> None:
+        record = _record(index, self.items[index], self.endpoint, at)
+        self.records.append(record)
+        await send(client, self.endpoint, self.items[index], record)
+
+    async def open_loop(self, client: httpx.AsyncClient) -> None:
+        assert self.shape.rate is not None
+        arrivals = poisson_arrivals(self.shape.rate, len(self.items), self.shape.seed)
+        async with asyncio.TaskGroup() as group:
+            for index, at in enumerate(arrivals):
+                if at > self.shape.duration:
+                    break
+                await asyncio.sleep(max(0.0, at - self.now()))
+                group.create_task(self.one(client, index, self.now()))
+
+    async def closed_loop(self, client: httpx.AsyncClient) -> None:
+        assert self.shape.concurrency is not None
+        indices = iter(range(len(self.items)))
+
+        async def worker() -> None:
+            for index in indices:  # shared: each index goes to one worker
+                at = self.now()
+                if at > self.shape.duration:
+                    return
+                await self.one(client, index, at)
+
+        async with asyncio.TaskGroup() as group:
+            for _ in range(self.shape.concurrency):
+                group.create_task(worker())
+
+
+async def run_load(
+    items: list[WorkItem],
+    endpoint: Endpoint,
+    shape: LoadShape,
+    console: Console | None = None,
+    label: str = "requests",
+) -> RunResult:
+    """Runs the workload against the endpoint; a progress bar on `console` if given."""
+    from engine.bench.report import progress
+
+    run = _Run(items, endpoint, shape)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    timeout = httpx.Timeout(endpoint.timeout, connect=30.0)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        loop = run.open_loop if shape.rate is not None else run.closed_loop
+        task = asyncio.create_task(loop(client))
+        if console is None:
+            await task
+        else:
+            with progress(console) as bar:
+                bar_task = bar.add_task(label, total=len(items))
+                while not task.done():
+                    await asyncio.wait([task], timeout=0.25)
+                    done = sum(r.e2e is not None for r in run.records)
+                    bar.update(bar_task, completed=done)
+                bar.update(bar_task, total=len(run.records))
+            await task
+    finished = [r.finished_at for r in run.records if r.finished_at is not None]
+    return RunResult(run.records, max(finished, default=run.now()))

@@ -1,0 +1,62 @@
+"""A run's records reduced to the numbers a report shows."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from loadtest.record import RequestRecord
+
+
+def prefill_stall_gaps(records: list[RequestRecord]) -> list[float]:
+    """Inter-token gaps of the short (chat) streams that overlap a window in which a long
+    prompt waited for its first token: where its prefill can stall them. Over whole streams
+    such gaps are too rare to show at p99."""
+    windows = [(r.sent_at, r.sent_at + r.ttft) for r in records if r.long and r.ttft is not None]
+    gaps = []
+    for r in records:
+        if r.ok and not r.long:
+            for end, gap in zip(r.chunk_times()[1:], r.itl, strict=True):
+                if any(end - gap < w_end and end > w_start for w_start, w_end in windows):
+                    gaps.append(gap)
+    return gaps
+
+
+def summarize(records: list[RequestRecord], elapsed: float) -> dict[str, Any]:
+    """Latency percentiles over completed requests (ITL over every gap of every stream),
+    throughput over the run's wall time, cache hit rate over requests that got a cache
+    status, error rate over all requests sent."""
+    from engine.bench.report import summary_ms
+
+    done = [r for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    statuses = Counter(r.cache_status for r in done if r.cache_status is not None)
+    with_status = sum(statuses.values())
+    output_tokens = sum(r.completion_tokens or 0 for r in done)
+
+    def latency(group: list[RequestRecord]) -> dict[str, Any]:
+        return {
+            "ttft": summary_ms([r.ttft for r in group if r.ttft is not None]),
+            "itl": summary_ms([gap for r in group for gap in r.itl]),
+            "e2e": summary_ms([r.e2e for r in group if r.e2e is not None]),
+        }
+
+    return {
+        "requests": len(records),
+        "completed": len(done),
+        "errors": len(failed),
+        "error_rate": len(failed) / len(records) if records else 0.0,
+        "errors_by_kind": dict(Counter(r.error or "unknown" for r in failed)),
+        "long_requests": sum(r.long for r in records),
+        "elapsed_s": elapsed,
+        "request_throughput": len(done) / elapsed if elapsed > 0 else 0.0,
+        "output_token_throughput": output_tokens / elapsed if elapsed > 0 else 0.0,
+        "prompt_tokens": sum(r.prompt_tokens or 0 for r in done),
+        "output_tokens": output_tokens,
+        "cache_status": dict(statuses),
+        "cache_hit_rate": statuses["Hit"] / with_status if with_status else None,
+        **latency(done),
+        "itl_during_long_prefill": summary_ms(prefill_stall_gaps(done)),
+        "long": latency([r for r in done if r.long]),
+        "short": latency([r for r in done if not r.long]),
+    }

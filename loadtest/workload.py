@@ -1,0 +1,81 @@
+"""Workloads: the requests a load test sends, built ahead of the run.
+
+- `sharegpt`: real first turns from ShareGPT with their reference answer lengths.
+- `rag`: long prompts (passages of real ShareGPT text plus a question), short answers.
+- `repeat`: questions asked again in other words, for the semantic cache.
+- `mixed`: ShareGPT chat with a fraction of rag prompts mixed in at random.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from engine.tokenizer import Tokenizer
+
+WORKLOADS = ("sharegpt", "rag", "repeat", "mixed")
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    messages: list[dict[str, str]]
+    max_tokens: int
+    # The workload sets the output length: sent with ignore_eos where the run allows it.
+    exact_length: bool
+    kind: str
+    long: bool = False
+    prompt_tokens: int = 0  # counted by the tokenizer, chat template excluded
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    num_requests: int
+    max_prompt_tokens: int = 1024  # cap on ShareGPT prompts
+    max_output_tokens: int = 128  # cap on every answer
+    rag_tokens: tuple[int, int] = (1024, 4096)  # range of the rag prompts' lengths
+    rag_contexts: int = 0  # distinct rag contexts shared by the questions; 0: one each
+    long_fraction: float = 0.2  # mixed: share of rag prompts
+    tokenizer: str = "smollm2-135m-instruct"
+    seed: int = 0
+
+
+def build_workload(name: str, options: WorkloadOptions) -> list[WorkItem]:
+    from loadtest.rag import rag_items
+    from loadtest.repeat import repeat_items
+    from loadtest.tokens import load_tokenizer
+
+    if name == "repeat":
+        return repeat_items(options.num_requests, options.max_output_tokens, options.seed)
+    tokenizer = load_tokenizer(options.tokenizer)
+    if name == "sharegpt":
+        return sharegpt_items(tokenizer, options.num_requests, options)
+    if name == "rag":
+        return rag_items(tokenizer, options.num_requests, options)
+    if name != "mixed":
+        raise ValueError(f"unknown workload {name!r}: expected one of {', '.join(WORKLOADS)}")
+    rng = np.random.default_rng(options.seed)
+    is_long = rng.random(options.num_requests) < options.long_fraction
+    chat = iter(sharegpt_items(tokenizer, int((~is_long).sum()), options))
+    rag = iter(rag_items(tokenizer, int(is_long.sum()), options))
+    return [next(rag) if long else next(chat) for long in is_long]
+
+
+def sharegpt_items(tokenizer: Tokenizer, count: int, options: WorkloadOptions) -> list[WorkItem]:
+    from engine.bench.sharegpt import sample_requests
+
+    if count == 0:
+        return []
+    pairs = sample_requests(tokenizer, count, options.max_prompt_tokens, options.max_output_tokens)
+    return [
+        WorkItem(
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=output_len,
+            exact_length=True,
+            kind="sharegpt",
+            prompt_tokens=len(tokenizer.encode(prompt)),
+        )
+        for prompt, output_len in pairs
+    ]

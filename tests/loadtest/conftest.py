@@ -1,0 +1,47 @@
+"""One real gateway (cache on, fresh embedded Redis, bundled model) for the load tests,
+and their workloads, built once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from loadtest.workload import WorkItem, WorkloadOptions, build_workload
+from tests.gateway.servers import MODEL, Server, serving
+
+__all__ = ["MODEL"]
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    redis_dir = tmp_path_factory.mktemp("loadtest-redis")
+    with serving(Server(["--redis-data-dir", str(redis_dir), "--num-threads", "1"])) as servers:
+        yield servers[0]
+
+
+def _build(name: str, num_requests: int, **options: object) -> list[WorkItem]:
+    return build_workload(name, WorkloadOptions(num_requests=num_requests, **options))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def sharegpt() -> list[WorkItem]:
+    return _build("sharegpt", 40, max_prompt_tokens=256, max_output_tokens=12)
+
+
+@pytest.fixture(scope="session")
+def rag() -> list[WorkItem]:
+    return _build("rag", 2, rag_tokens=(1024, 1200), max_output_tokens=6)
+
+
+@pytest.fixture(scope="session")
+def mixed() -> list[WorkItem]:
+    return _build(
+        "mixed", 4, long_fraction=0.5, rag_tokens=(1024, 1100), max_prompt_tokens=256,
+        max_output_tokens=8, seed=3,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def repeat() -> list[WorkItem]:
+    return _build("repeat", 16, max_output_tokens=64)

@@ -1,0 +1,116 @@
+"""Every workload, briefly, against one real gateway over HTTP; the numbers must agree with
+each other and with the server's usage counts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cache.redis_server import free_port
+from loadtest.client import Endpoint
+from loadtest.record import CACHE_STATUSES, RequestRecord
+from loadtest.runner import LoadShape, RunResult, run_load
+from loadtest.schedule import poisson_arrivals
+from loadtest.summary import summarize
+from loadtest.workload import WorkItem
+from tests.gateway.servers import MODEL, Server
+
+
+def _run(server: Server, items: list[WorkItem], **shape: object) -> RunResult:
+    endpoint = Endpoint(Endpoint.chat_url(server.url), MODEL, timeout=120)
+    return asyncio.run(run_load(items, endpoint, LoadShape(**shape)))  # type: ignore[arg-type]
+
+
+def _check_consistent(records: list[RequestRecord], items: list[WorkItem]) -> None:
+    for r in records:
+        assert r.ok, (r.error, r.error_code, r.error_message)
+        assert r.status_code == 200 and r.cache_status in CACHE_STATUSES
+        assert r.ttft is not None and r.e2e is not None
+        assert 0 < r.ttft <= r.e2e
+        assert r.ttft + sum(r.itl) <= r.e2e
+        assert all(gap >= 0 for gap in r.itl)
+        item = items[r.index]
+        assert (r.kind, r.long, r.max_tokens) == (item.kind, item.long, item.max_tokens)
+        assert r.prompt_tokens is not None and r.prompt_tokens >= item.prompt_tokens
+        assert r.completion_tokens is not None and 1 <= r.completion_tokens <= r.max_tokens
+        assert len(r.itl) + 1 <= r.completion_tokens  # a chunk carries one token or more
+        if r.ignore_eos and r.cache_status != "Hit":
+            assert r.completion_tokens == r.max_tokens
+            assert r.finish_reason == "length"
+
+
+def test_sharegpt_open_loop(gateway: Server, sharegpt: list[WorkItem]) -> None:
+    items = sharegpt[:4]
+    result = _run(gateway, items, rate=4.0)
+    assert [r.index for r in sorted(result.records, key=lambda r: r.index)] == [0, 1, 2, 3]
+    _check_consistent(result.records, items)
+    assert all(r.ignore_eos and r.cache_status == "Miss" for r in result.records)
+    summary = summarize(result.records, result.elapsed)
+    assert summary["completed"] == 4 and summary["error_rate"] == 0
+    assert summary["output_tokens"] == sum(i.max_tokens for i in items)
+    assert summary["ttft"]["p50_ms"] <= summary["e2e"]["p50_ms"]
+
+
+def test_rag_long_prompts(gateway: Server, rag: list[WorkItem]) -> None:
+    result = _run(gateway, rag, concurrency=2)
+    _check_consistent(result.records, rag)
+    assert all(r.long and r.prompt_tokens >= 1024 for r in result.records)  # type: ignore[operator]
+
+
+def test_mixed_has_both_kinds(gateway: Server, mixed: list[WorkItem]) -> None:
+    result = _run(gateway, mixed, concurrency=2)
+    _check_consistent(result.records, mixed)
+    assert {r.kind for r in result.records} == {"sharegpt", "rag"}
+    summary = summarize(result.records, result.elapsed)
+    assert summary["long_requests"] == sum(i.long for i in mixed) > 0
+
+
+def test_repeat_hits_after_first_asks(gateway: Server, repeat: list[WorkItem]) -> None:
+    """The first 8 requests ask 8 questions for the first time (misses on this fresh
+    cache); the next 8 ask them again in other words, after their answers were stored."""
+    result = _run(gateway, repeat, concurrency=1)
+    _check_consistent(result.records, repeat)
+    records = sorted(result.records, key=lambda r: r.index)
+    assert not any(r.ignore_eos for r in records)
+    assert [r.cache_status for r in records[:8]] == ["Miss"] * 8
+    stored = [r.finish_reason == "stop" for r in records[:8]]
+    hits = [r.cache_status == "Hit" for r in records[8:]]
+    assert sum(hits) >= sum(stored) - 2 >= 4  # the guard may turn down a paraphrase or two
+    summary = summarize(result.records, result.elapsed)
+    assert summary["cache_hit_rate"] == pytest.approx(sum(hits) / 16)
+    for r in records[8:]:
+        if r.cache_status == "Hit":  # replayed in one chunk, with the stored usage
+            assert r.itl == [] and r.completion_tokens == records[r.index - 8].completion_tokens
+
+
+def test_closed_loop_stops_at_the_request_bound(gateway: Server, sharegpt: list[WorkItem]) -> None:
+    result = _run(gateway, sharegpt[4:7], concurrency=2)
+    assert sorted(r.index for r in result.records) == [0, 1, 2]
+    assert all(r.ok for r in result.records)
+
+
+def test_closed_loop_stops_at_the_duration(gateway: Server, sharegpt: list[WorkItem]) -> None:
+    result = _run(gateway, sharegpt, concurrency=1, duration=1.0)
+    assert 1 <= len(result.records) < len(sharegpt)
+    assert all(r.sent_at <= 1.0 and r.ok for r in result.records)  # in flight: finished
+
+
+def test_open_loop_stops_at_the_duration(gateway: Server, sharegpt: list[WorkItem]) -> None:
+    result = _run(gateway, sharegpt, rate=4.0, duration=1.5, seed=5)
+    planned = [at for at in poisson_arrivals(4.0, len(sharegpt), seed=5) if at <= 1.5]
+    assert len(result.records) == len(planned) < len(sharegpt)
+    assert all(r.ok for r in result.records)
+
+
+def test_errors_are_recorded_by_kind(gateway: Server, sharegpt: list[WorkItem]) -> None:
+    wrong_model = Endpoint(Endpoint.chat_url(gateway.url), "no-such-model", timeout=60)
+    closed_port = Endpoint(Endpoint.chat_url(f"http://127.0.0.1:{free_port()}"), MODEL)
+    records = []
+    for endpoint in (wrong_model, closed_port):
+        records += asyncio.run(run_load(sharegpt[:1], endpoint, LoadShape(concurrency=1))).records
+    assert [(r.error, r.status_code) for r in records] == [("http_404", 404), ("connect", None)]
+    assert records[0].error_code == "model_not_found" and records[0].error_message
+    summary = summarize(records, 1.0)
+    assert summary["error_rate"] == 1.0 and summary["completed"] == 0
+    assert summary["errors_by_kind"] == {"http_404": 1, "connect": 1}
