@@ -62,7 +62,9 @@ class EngineConfig:
     # sharing the tokenizer; without spec_draft_model, the target's own first
     # spec_draft_layers layers plus its final norm and head).
     spec_method: str | None = None
-    num_spec_tokens: int = 4  # the most tokens proposed for a sequence in one step
+    # The most tokens proposed for a sequence in one step; the policy picks fewer
+    # where acceptance or the batch size make more not pay.
+    num_spec_tokens: int = 8
     spec_ngram_max: int = 4  # n-gram lookup tries n from max down to min
     spec_ngram_min: int = 2
     spec_draft_model: str | None = None

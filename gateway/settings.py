@@ -37,7 +37,7 @@ class Settings:
     chunked_prefill: bool = True
     prefix_caching: bool = True
     spec_method: str | None = None  # None | "ngram" | "draft"
-    num_spec_tokens: int = 4
+    num_spec_tokens: int = 8
     spec_draft_model: str | None = None  # "draft" without one: the target's own first layers
     num_threads: int | None = None
     # Requests allowed to wait for a free engine slot; past it, 429 with Retry-After.

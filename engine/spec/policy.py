@@ -12,7 +12,11 @@ tokens and costs b (plus a draft forward when no other sequence is that deep yet
 Tokens are added greedily, best first, while each one's gain per second beats the
 step's tokens per second so far. A big batch makes a step slow in b * tokens, so
 speculation stops there by itself; a sequence whose drafts keep failing gets k = 0
-and is probed again after PROBE_EVERY steps, in case its text turned repetitive.
+and is probed with one token after PROBE_EVERY steps, in case its text turned
+repetitive (twice as long after each failed probe, up to 16x). A new sequence
+starts from the acceptance of the method's recent verifications, so a proposer
+that rarely works (a shallow self-draft on open chat) is not tried at full k on
+every new request.
 
 Seeded requests must give the same tokens however the machine is loaded, so their
 k depends on their own acceptance only (the longest run still likely enough to be
@@ -24,21 +28,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DECAY = 0.8  # weight of the past in the acceptance counts: about the last 5 verifications
+METHOD_DECAY = 0.98  # the method-wide counts: about the last 50 verifications
 PRIOR_ACCEPTANCE = 0.6
+PRIOR_TRIALS = 2.0
 PROBE_EVERY = 16
+MAX_PROBE_BACKOFF = 4  # probe intervals double up to 2**4 times
 MAX_ACCEPTANCE = 0.98  # never certain: keeps alpha**j decreasing
 SEEDED_MIN_CHANCE = 0.3  # a seeded request's j-th draft needs alpha**j at least this
 
 
 @dataclass
 class _Acceptance:
-    accepted: float = 2 * PRIOR_ACCEPTANCE  # a prior worth two trials
-    trials: float = 2.0
+    accepted: float = PRIOR_TRIALS * PRIOR_ACCEPTANCE  # a prior worth PRIOR_TRIALS trials
+    trials: float = PRIOR_TRIALS
     idle_steps: int = 0
+    failed_probes: int = 0
 
     @property
     def rate(self) -> float:
         return min(self.accepted / self.trials, MAX_ACCEPTANCE)
+
+    def add(self, accepted: int, trials: int, decay: float) -> None:
+        self.accepted = decay * self.accepted + accepted
+        self.trials = decay * self.trials + trials
 
 
 class StepCost:
@@ -72,6 +84,7 @@ class SpecPolicy:
         self.max_k = max_k
         self.uses_draft_model = uses_draft_model
         self.acceptance: dict[str, _Acceptance] = {}
+        self.method = _Acceptance()  # every sequence's verifications, for new sequences
         self.cost = StepCost()
         self.draft_forward_s = 0.005  # learnt from the draft's forwards
 
@@ -79,10 +92,24 @@ class SpecPolicy:
         """A verification: `accepted` of `proposed` drafts were kept."""
         if proposed == 0:
             return
-        stats = self.acceptance.setdefault(request_id, _Acceptance())
-        rejected = 1 if accepted < proposed else 0
-        stats.accepted = DECAY * stats.accepted + accepted
-        stats.trials = DECAY * stats.trials + accepted + rejected
+        stats = self._stats(request_id)
+        trials = accepted + (1 if accepted < proposed else 0)
+        stats.add(accepted, trials, DECAY)
+        if accepted:
+            stats.failed_probes = 0
+        elif proposed == 1:  # a probe (or a lone guess) that failed
+            stats.failed_probes += 1
+        self.method.add(accepted, trials, METHOD_DECAY)
+
+    def _stats(self, request_id: str, seeded: bool = False) -> _Acceptance:
+        stats = self.acceptance.get(request_id)
+        if stats is None:
+            # A seeded request starts from the fixed prior: other requests' luck
+            # must not change its tokens.
+            rate = PRIOR_ACCEPTANCE if seeded else self.method.rate
+            stats = _Acceptance(PRIOR_TRIALS * rate, PRIOR_TRIALS)
+            self.acceptance[request_id] = stats
+        return stats
 
     def observe_step(self, tokens: int, seconds: float) -> None:
         self.cost.observe(tokens, seconds)
@@ -104,7 +131,7 @@ class SpecPolicy:
         """
         a, b = self.cost.fit()
         ks = dict.fromkeys(caps, 0)
-        rates = {rid: self.acceptance.setdefault(rid, _Acceptance()).rate for rid in caps}
+        rates = {rid: self._stats(rid, rid in seeded).rate for rid in caps}
         for rid in seeded & caps.keys():
             while ks[rid] < caps[rid] and rates[rid] ** (ks[rid] + 1) >= SEEDED_MIN_CHANCE:
                 ks[rid] += 1
@@ -137,7 +164,7 @@ class SpecPolicy:
                 stats.idle_steps = 0
                 continue
             stats.idle_steps += 1
-            if stats.idle_steps >= PROBE_EVERY:
+            if stats.idle_steps >= PROBE_EVERY << min(stats.failed_probes, MAX_PROBE_BACKOFF):
                 stats.idle_steps = 0
                 ks[rid] = 1
         return ks

@@ -207,3 +207,7 @@ def test_sampled_requests_with_spec_keep_their_length_and_support(make_llm):
     again = spec.generate(GROUNDED, params)
     assert [len(o.token_ids) for o in first] == [30] * len(GROUNDED)
     assert [o.token_ids for o in first] == [o.token_ids for o in again]  # seeds hold
+    # ...whatever else runs: other requests' acceptance and the step times that
+    # steer their k never reach a seeded request's k or randomness.
+    alone = spec.generate(GROUNDED[0], params)[0]
+    assert alone.token_ids == first[0].token_ids
