@@ -46,10 +46,11 @@ class EngineConfig:
     dtype: str = "auto"  # "auto": float32 on CPU, bfloat16 on CUDA
     max_model_len: int | None = None  # default: the model's own context length
     max_num_seqs: int = 64
-    # Token budget of one step. On 2 CPU cores a 64-token chunk costs about as
-    # much as two decode steps, which keeps running streams smooth while a long
-    # prompt is prefilled; raise it on bigger machines for throughput.
-    max_num_batched_tokens: int = 64
+    # Token budget of one step; default 64, or max_num_seqs when that is larger (the
+    # decodes alone must fit). On 2 CPU cores a 64-token chunk costs about as much as
+    # two decode steps, which keeps running streams smooth while a long prompt is
+    # prefilled; raise it on bigger machines for throughput.
+    max_num_batched_tokens: int | None = None
     # 16 tokens a block: small enough that little KV is wasted on short chat
     # turns, large enough that block tables and prefix hashes stay cheap.
     block_size: int = 16
@@ -80,6 +81,8 @@ class EngineConfig:
             self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, not {self.dtype!r}")
+        if self.max_num_batched_tokens is None:
+            self.max_num_batched_tokens = max(64, self.max_num_seqs)
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")

@@ -142,6 +142,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         bs = self.block_size
+        # A stop inside an accepted run drops tokens whose KV was already counted.
         computed = min(seq.num_computed_tokens, len(seq.token_ids))
         for i in range(len(seq.block_hashes), computed // bs):
             chunk = tuple(seq.token_ids[i * bs : (i + 1) * bs])

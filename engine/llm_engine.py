@@ -215,7 +215,6 @@ class LLMEngine:
     def _finish(self, seq: Sequence, reason: str) -> None:
         self.block_manager.cache_full_blocks(seq)
         self.scheduler.finish(seq, reason)
-        self.runner.release(seq.request_id)
         if self.speculator is not None:
             self.speculator.release(seq.request_id)
         seq.metrics.finished_time = time.perf_counter()

@@ -41,23 +41,14 @@ class ModelRunner:
             cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim, dtype, device
         )
         self.sampler = Sampler(device, seed)
-        self.generators: dict[str, torch.Generator] = {}
         self.drafter: DraftProposer | None = None  # set by the engine for draft-model spec
-
-    def _generator(self, request_id: str, seed: int | None) -> torch.Generator | None:
-        if seed is None:
-            return None
-        gen = self.generators.get(request_id)
-        if gen is None:
-            gen = self.generators[request_id] = torch.Generator(device=self.device)
-            gen.manual_seed(seed)
-        return gen
 
     def _to_device(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long).to(self.device, non_blocking=True)
 
-    def release(self, request_id: str) -> None:
-        self.generators.pop(request_id, None)
+    def _seeded_generator(self, seq: Sequence) -> torch.Generator | None:
+        """A seeded request's generator for its next token; None for the batch's own."""
+        return self.position_generators(seq, 1)[0] if seq.params.seed is not None else None
 
     def position_generators(
         self, seq: Sequence, count: int, salt: int = 0
@@ -65,7 +56,8 @@ class ModelRunner:
         """Randomness for the next `count` output positions of seq. A seeded request
         gets a generator keyed by (seed, position, salt): what it draws at a position
         does not depend on how many proposals earlier steps verified, so its output is
-        reproducible. Unseeded requests share the engine's generator."""
+        reproducible, alone or in any batch, speculating or not. Unseeded requests
+        share the engine's generator."""
         seed = seq.params.seed
         if seed is None:
             return [self.sampler.generator] * count
@@ -99,10 +91,7 @@ class ModelRunner:
             tokens = self.sampler(
                 logits[rows],
                 [sampling[i].seq.params for i in plain],
-                [
-                    self._generator(sampling[i].seq.request_id, sampling[i].seq.params.seed)
-                    for i in plain
-                ],
+                [self._seeded_generator(sampling[i].seq) for i in plain],
             )
             for i, token in zip(plain, tokens, strict=True):
                 out[i] = [token]

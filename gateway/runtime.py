@@ -36,7 +36,7 @@ def build_upstream(settings: Settings) -> Upstream:
         model=settings.model,
         max_model_len=settings.max_model_len,
         max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=settings.max_num_batched_tokens or max(64, settings.max_num_seqs),
+        max_num_batched_tokens=settings.max_num_batched_tokens,
         enable_chunked_prefill=settings.chunked_prefill,
         enable_prefix_caching=settings.prefix_caching,
         spec_method=settings.spec_method,

@@ -6,6 +6,7 @@ import argparse
 import faulthandler
 import logging
 import signal
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,30 +19,18 @@ if TYPE_CHECKING:
 def _settings(args: argparse.Namespace) -> Settings:
     from gateway.settings import Settings, parse_pairs
 
+    # Flags named like a setting pass straight through (None: not given); the
+    # rest are spelled for the command line.
+    given = vars(args)
+    direct = {f.name: given[f.name] for f in fields(Settings) if f.name in given}
     return Settings.load(
         args.config,
-        host=args.host,
-        port=args.port,
-        model=args.model,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        chunked_prefill=False if args.no_chunked_prefill else None,
-        prefix_caching=False if args.no_prefix_caching else None,
-        spec_method=args.spec_method,
-        num_spec_tokens=args.num_spec_tokens,
-        spec_draft_model=args.spec_draft_model,
-        num_threads=args.num_threads,
-        max_waiting=args.max_waiting,
+        **direct,
+        api_keys=parse_pairs(args.api_key_pairs, "--api-keys") if args.api_key_pairs else None,
         upstreams=args.upstream.split(",") if args.upstream else None,
         cache=False if args.no_cache else None,
-        redis_url=args.redis_url,
-        redis_data_dir=args.redis_data_dir,
-        threshold=args.threshold,
-        cache_ttl=args.cache_ttl,
-        admin_key=args.admin_key,
-        api_keys=parse_pairs(args.api_keys, "--api-keys") if args.api_keys else None,
-        rate_limit=args.rate_limit,
+        chunked_prefill=False if args.no_chunked_prefill else None,
+        prefix_caching=False if args.no_prefix_caching else None,
     )
 
 
@@ -116,7 +105,11 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--cache-ttl", type=int, default=None, help="seconds (default 7 days)")
     serve.add_argument("--admin-key", default=None, help="default: generated and printed")
     serve.add_argument(
-        "--api-keys", default=None, metavar="KEY:TENANT,...", help="default: chat is open"
+        "--api-keys",
+        dest="api_key_pairs",
+        default=None,
+        metavar="KEY:TENANT,...",
+        help="default: chat is open",
     )
     serve.add_argument(
         "--rate-limit", default=None, metavar="N/UNIT", help="per key, e.g. 60/minute"

@@ -33,7 +33,7 @@ class Settings:
     model: str = DEFAULT_MODEL
     max_model_len: int | None = None
     max_num_seqs: int = 64
-    max_num_batched_tokens: int | None = None  # token budget of one step (engine default)
+    max_num_batched_tokens: int | None = None  # token budget of one step (engine's default)
     chunked_prefill: bool = True
     prefix_caching: bool = True
     spec_method: str | None = None  # None | "ngram" | "draft"

@@ -52,15 +52,10 @@ def _warm_up(url: str, model: str) -> None:
 
 def _describe(run: ScenarioRun, shape: LoadShape, count: int) -> str:
     scenario = run.scenario
-    load = (
-        f"Poisson arrivals at {shape.rate:g} req/s"
-        if shape.rate is not None
-        else f"closed loop with {shape.concurrency} in flight"
-    )
     servers = "; ".join(f"{side.label}: `{run.command(side)}`" for side in scenario.sides)
     return (
         f"{scenario.about}\n\n`{scenario.workload}` workload, {count} requests a side in "
-        f"{run.rounds} alternating rounds, {load}. Servers: {servers}."
+        f"{run.rounds} alternating rounds, {shape.describe()}. Servers: {servers}."
     )
 
 
@@ -69,23 +64,27 @@ def _drive(
 ) -> tuple[dict[str, list[RequestRecord]], dict[str, float]]:
     """Each round's slice of the workload on every side, alternating which side goes first;
     the rounds' records are laid end to end on one timeline per side."""
-    sides = run.scenario.sides
-    runs: dict[str, list[RequestRecord]] = {side.label: [] for side in sides}
-    elapsed = dict.fromkeys(runs, 0.0)
+    endpoints = {
+        side.label: Endpoint(Endpoint.chat_url(url), run.model, timeout=run.timeout)
+        for side, url in zip(run.scenario.sides, urls, strict=True)
+    }
+    order = list(endpoints)
+    runs: dict[str, list[RequestRecord]] = {label: [] for label in order}
+    elapsed = dict.fromkeys(order, 0.0)
     for r, indices in enumerate(np.array_split(np.arange(len(items)), run.rounds)):
-        order = list(zip(sides, urls, strict=True))
-        for side, url in order if r % 2 == 0 else reversed(order):
-            endpoint = Endpoint(Endpoint.chat_url(url), run.model, timeout=run.timeout)
-            round_shape = dataclasses.replace(shape, seed=shape.seed + r)
-            chunk = [items[i] for i in indices]
-            label = f"{side.label} ({r + 1}/{run.rounds})"
-            result = asyncio.run(run_load(chunk, endpoint, round_shape, console, label))
-            offset, first = elapsed[side.label], int(indices[0])
-            runs[side.label] += [
-                dataclasses.replace(rec, index=rec.index + first, sent_at=rec.sent_at + offset)
+        round_shape = dataclasses.replace(shape, seed=shape.seed + r)
+        chunk = [items[i] for i in indices]
+        first = int(indices[0])
+        for label in order if r % 2 == 0 else order[::-1]:
+            progress = f"{label} ({r + 1}/{run.rounds})"
+            result = asyncio.run(run_load(chunk, endpoints[label], round_shape, console, progress))
+            runs[label] += [
+                dataclasses.replace(
+                    rec, index=rec.index + first, sent_at=rec.sent_at + elapsed[label]
+                )
                 for rec in result.records
             ]
-            elapsed[side.label] += result.elapsed
+            elapsed[label] += result.elapsed
     return runs, elapsed
 
 
@@ -98,15 +97,13 @@ def run_scenario(
     scenario = run.scenario
     with console.status(f"building the {scenario.workload} workload ..."):
         items = build_workload(scenario.workload, options)
+    if not 1 <= run.rounds <= len(items):
+        raise ValueError(f"--rounds must be between 1 and the {len(items)} requests of a side")
     with contextlib.ExitStack() as stack:
-        servers = [
-            ServeProcess(
-                run.serve_args(
-                    side, stack.enter_context(tempfile.TemporaryDirectory()) if side.cache else None
-                )
-            )
-            for side in scenario.sides
-        ]
+        servers = []
+        for side in scenario.sides:
+            redis_dir = stack.enter_context(tempfile.TemporaryDirectory()) if side.cache else None
+            servers.append(ServeProcess(run.serve_args(side, redis_dir)))
         with console.status("starting the servers ..."):
             stack.enter_context(serving(*servers))
             for server in servers:

@@ -24,14 +24,10 @@ class LoadTest:
     shape: LoadShape
 
     def describe(self) -> str:
-        loop = (
-            f"open loop, Poisson arrivals at {self.shape.rate:g} req/s"
-            if self.shape.rate is not None
-            else f"closed loop, {self.shape.concurrency} in flight"
-        )
         return (
-            f"`{self.workload}` workload, {loop}, at most {self.options.num_requests} requests "
-            f"and {self.shape.duration:g} s, against {self.endpoint.url}."
+            f"`{self.workload}` workload, {self.shape.describe()}, at most "
+            f"{self.options.num_requests} requests and {self.shape.duration:g} s, "
+            f"against {self.endpoint.url}."
         )
 
     def meta(self) -> dict[str, Any]:

@@ -10,28 +10,23 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from loadtest.record import RequestRecord
+from loadtest.summary import latency_samples
 
 Runs = dict[str, list[RequestRecord]]
 
-
-def _latencies_ms(records: list[RequestRecord]) -> dict[str, list[float]]:
-    done = [r for r in records if r.ok]
-    return {
-        "TTFT": [r.ttft * 1e3 for r in done if r.ttft is not None],
-        "ITL": [gap * 1e3 for r in done for gap in r.itl],
-        "end-to-end": [r.e2e * 1e3 for r in done if r.e2e is not None],
-    }
+_LATENCY_NAMES = {"ttft": "TTFT", "itl": "ITL", "e2e": "end-to-end"}
 
 
 def latency_cdfs(runs: Runs, path: Path) -> None:
     fig = Figure(figsize=(13, 4), layout="constrained")
-    axes = fig.subplots(1, 3)
+    axes = dict(zip(_LATENCY_NAMES, fig.subplots(1, 3), strict=True))
     for label, records in runs.items():
-        for ax, values in zip(axes, _latencies_ms(records).values(), strict=True):
+        for key, values in latency_samples([r for r in records if r.ok]).items():
             if values:
-                xs = np.sort(values)
-                ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=label)
-    for ax, name in zip(axes, ("TTFT", "ITL", "end-to-end"), strict=True):
+                xs = np.sort(values) * 1e3
+                axes[key].step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=label)
+    for key, ax in axes.items():
+        name = _LATENCY_NAMES[key]
         ax.set(xscale="log", xlabel=f"{name} (ms, log scale)", ylabel="fraction of samples")
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(f"{name} CDF")
@@ -44,7 +39,7 @@ def itl_over_time(runs: Runs, path: Path) -> None:
     """Each inter-token gap at the time its chunk arrived; red lines where long prompts
     were sent."""
     fig = Figure(figsize=(13, 3.2 * len(runs)), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(len(runs), 1, sharex=True, squeeze=False)[:, 0])
+    axes = fig.subplots(len(runs), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (label, records) in zip(axes, runs.items(), strict=True):
         times = [t for r in records if r.ok for t in r.chunk_times()[1:]]
         gaps = [gap * 1e3 for r in records if r.ok for gap in r.itl]

@@ -33,22 +33,16 @@ class LoadShape:
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
 
+    def describe(self) -> str:
+        if self.rate is not None:
+            return f"open loop, Poisson arrivals at {self.rate:g} req/s"
+        return f"closed loop, {self.concurrency} in flight"
+
 
 @dataclass
 class RunResult:
     records: list[RequestRecord]  # in the order they were sent
     elapsed: float  # seconds from the start to the last answer
-
-
-def _record(index: int, item: WorkItem, endpoint: Endpoint, sent_at: float) -> RequestRecord:
-    return RequestRecord(
-        index=index,
-        kind=item.kind,
-        long=item.long,
-        max_tokens=item.max_tokens,
-        ignore_eos=endpoint.ignore_eos and item.exact_length,
-        sent_at=sent_at,
-    )
 
 
 class _Run:
@@ -61,9 +55,17 @@ class _Run:
         return time.perf_counter() - self.start
 
     async def one(self, client: httpx.AsyncClient, index: int, at: float) -> None:
-        record = _record(index, self.items[index], self.endpoint, at)
+        item = self.items[index]
+        record = RequestRecord(
+            index=index,
+            kind=item.kind,
+            long=item.long,
+            max_tokens=item.max_tokens,
+            ignore_eos=self.endpoint.ignore_eos and item.exact_length,
+            sent_at=at,
+        )
         self.records.append(record)
-        await send(client, self.endpoint, self.items[index], record)
+        await send(client, self.endpoint, item, record)
 
     async def open_loop(self, client: httpx.AsyncClient) -> None:
         assert self.shape.rate is not None

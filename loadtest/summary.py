@@ -8,18 +8,27 @@ from typing import Any
 from loadtest.record import RequestRecord
 
 
+def latency_samples(records: list[RequestRecord]) -> dict[str, list[float]]:
+    """TTFT, every inter-token gap and end-to-end latency of `records`, in seconds."""
+    return {
+        "ttft": [r.ttft for r in records if r.ttft is not None],
+        "itl": [gap for r in records for gap in r.itl],
+        "e2e": [r.e2e for r in records if r.e2e is not None],
+    }
+
+
 def prefill_stall_gaps(records: list[RequestRecord]) -> list[float]:
     """Inter-token gaps of the short (chat) streams that overlap a window in which a long
     prompt waited for its first token: where its prefill can stall them. Over whole streams
     such gaps are too rare to show at p99."""
     windows = [(r.sent_at, r.sent_at + r.ttft) for r in records if r.long and r.ttft is not None]
-    gaps = []
-    for r in records:
-        if r.ok and not r.long:
-            for end, gap in zip(r.chunk_times()[1:], r.itl, strict=True):
-                if any(end - gap < w_end and end > w_start for w_start, w_end in windows):
-                    gaps.append(gap)
-    return gaps
+    return [
+        gap
+        for r in records
+        if r.ok and not r.long
+        for end, gap in zip(r.chunk_times()[1:], r.itl, strict=True)
+        if any(end - gap < w_end and end > w_start for w_start, w_end in windows)
+    ]
 
 
 def summarize(records: list[RequestRecord], elapsed: float) -> dict[str, Any]:
@@ -35,11 +44,7 @@ def summarize(records: list[RequestRecord], elapsed: float) -> dict[str, Any]:
     output_tokens = sum(r.completion_tokens or 0 for r in done)
 
     def latency(group: list[RequestRecord]) -> dict[str, Any]:
-        return {
-            "ttft": summary_ms([r.ttft for r in group if r.ttft is not None]),
-            "itl": summary_ms([gap for r in group for gap in r.itl]),
-            "e2e": summary_ms([r.e2e for r in group if r.e2e is not None]),
-        }
+        return {name: summary_ms(values) for name, values in latency_samples(group).items()}
 
     return {
         "requests": len(records),

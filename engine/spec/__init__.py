@@ -31,7 +31,7 @@ def build_speculator(
     method = config.spec_method
     if method is None:
         return None
-    common = (method, config.num_spec_tokens, block_manager, max_model_len, stats)
+    common = (config.num_spec_tokens, block_manager, max_model_len, stats)
     if method == "ngram":
         ngram = NgramProposer(config.spec_ngram_min, config.spec_ngram_max)
         return Speculator(

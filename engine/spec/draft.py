@@ -89,16 +89,13 @@ class DraftProposer:
             logits = self.model.compute_logits(hidden)
             params = [seqs[i][0].params for i in rows]
             greedy = logits.argmax(dim=-1).tolist()
-            sampled = [r for r, p in enumerate(params) if not p.greedy]
-            q = sampling_probs(logits[sampled], [params[r] for r in sampled]) if sampled else None
+            q = None if all(p.greedy for p in params) else sampling_probs(logits, params)
             for r, i in enumerate(rows):
-                if params[r].greedy:
+                if q is None or params[r].greedy:
                     drafts[i].append(greedy[r])
-                    continue
-                assert q is not None
-                row = q[sampled.index(r)]
-                drafts[i].append(int(race(row, gens[i][j])))
-                probs[i].append(row)
+                else:
+                    drafts[i].append(int(race(q[r], gens[i][j])))
+                    probs[i].append(q[r])
         self.last_forwards = depth
         self.last_seconds = time.perf_counter() - started
         return [(d, torch.stack(p) if p else None) for d, p in zip(drafts, probs, strict=True)]

@@ -10,7 +10,7 @@ import torch
 
 from engine.kv_cache import BlockManager
 from engine.metrics import EngineStats
-from engine.sequence import Sequence, Status
+from engine.sequence import Sequence
 from engine.spec.draft import DraftProposer
 from engine.spec.ngram import NgramProposer
 from engine.spec.policy import SpecPolicy
@@ -19,7 +19,6 @@ from engine.spec.policy import SpecPolicy
 class Speculator:
     def __init__(
         self,
-        method: str,
         max_k: int,
         block_manager: BlockManager,
         max_model_len: int,
@@ -29,7 +28,6 @@ class Speculator:
         drafter: DraftProposer | None = None,
         description: str = "",
     ) -> None:
-        self.method = method
         self.description = description
         self.max_k = max_k
         self.block_manager = block_manager
@@ -43,9 +41,7 @@ class Speculator:
     def cap(self, seq: Sequence) -> int:
         """The most drafts worth proposing: accepted drafts plus the one new token must
         fit max_tokens and the context, so the output never overshoots."""
-        if not seq.params.speculate or seq.status is not Status.RUNNING:
-            return 0
-        if seq.num_uncomputed_tokens != 1:  # still prefilling
+        if not seq.params.speculate or seq.num_uncomputed_tokens != 1:  # or still prefilling
             return 0
         left = min(
             seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens

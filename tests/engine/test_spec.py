@@ -80,6 +80,11 @@ def test_opted_out_and_sampled_requests_share_the_batch(make_llm, reference):
         if p.greedy:
             assert out.token_ids == ref
         assert len(out.token_ids) == 32
+    # Opted-out requests alone propose nothing.
+    before = spec.engine.get_stats().spec_draft_tokens
+    alone = spec.generate(GROUNDED, opted_out)
+    assert [o.token_ids for o in alone] == reference[:4]
+    assert spec.engine.get_stats().spec_draft_tokens == before
 
 
 def test_preemption_with_speculation_keeps_output(make_llm, reference):
@@ -200,7 +205,7 @@ def test_rejection_sampling_reproduces_the_target_distribution(target_and_draft,
     assert _chi_square(_counts(p_logits, q, naive=True), p_logits) > CHI2_19_P001
 
 
-def test_sampled_requests_with_spec_keep_their_length_and_support(make_llm):
+def test_seeded_requests_with_spec_keep_their_length_and_tokens(make_llm):
     spec = make_llm(**SPEC_CONFIGS["ngram-k5"])
     params = SamplingParams(max_tokens=30, temperature=1.0, top_k=5, seed=3, ignore_eos=True)
     first = spec.generate(GROUNDED, params)

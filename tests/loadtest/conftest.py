@@ -8,9 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from loadtest.workload import WorkItem, WorkloadOptions, build_workload
-from tests.gateway.servers import MODEL, Server, serving
-
-__all__ = ["MODEL"]
+from tests.gateway.servers import Server, serving
 
 
 @pytest.fixture(scope="session")
@@ -20,28 +18,27 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield servers[0]
 
 
-def _build(name: str, num_requests: int, **options: object) -> list[WorkItem]:
-    return build_workload(name, WorkloadOptions(num_requests=num_requests, **options))  # type: ignore[arg-type]
-
-
 @pytest.fixture(scope="session")
 def sharegpt() -> list[WorkItem]:
-    return _build("sharegpt", 40, max_prompt_tokens=256, max_output_tokens=12)
+    return build_workload(
+        "sharegpt", WorkloadOptions(40, max_prompt_tokens=256, max_output_tokens=12)
+    )
 
 
 @pytest.fixture(scope="session")
 def rag() -> list[WorkItem]:
-    return _build("rag", 2, rag_tokens=(1024, 1200), max_output_tokens=6)
+    return build_workload("rag", WorkloadOptions(2, rag_tokens=(1024, 1200), max_output_tokens=6))
 
 
 @pytest.fixture(scope="session")
 def mixed() -> list[WorkItem]:
-    return _build(
-        "mixed", 4, long_fraction=0.5, rag_tokens=(1024, 1100), max_prompt_tokens=256,
+    options = WorkloadOptions(
+        4, long_fraction=0.5, rag_tokens=(1024, 1100), max_prompt_tokens=256,
         max_output_tokens=8, seed=3,
     )  # fmt: skip
+    return build_workload("mixed", options)
 
 
 @pytest.fixture(scope="session")
 def repeat() -> list[WorkItem]:
-    return _build("repeat", 16, max_output_tokens=64)
+    return build_workload("repeat", WorkloadOptions(16, max_output_tokens=64))

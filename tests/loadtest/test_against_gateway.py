@@ -17,9 +17,13 @@ from loadtest.workload import WorkItem
 from tests.gateway.servers import MODEL, Server
 
 
-def _run(server: Server, items: list[WorkItem], **shape: object) -> RunResult:
-    endpoint = Endpoint(Endpoint.chat_url(server.url), MODEL, timeout=120)
-    return asyncio.run(run_load(items, endpoint, LoadShape(**shape)))  # type: ignore[arg-type]
+@pytest.fixture(scope="module")
+def endpoint(gateway: Server) -> Endpoint:
+    return Endpoint(Endpoint.chat_url(gateway.url), MODEL, timeout=120)
+
+
+def _run(endpoint: Endpoint, items: list[WorkItem], shape: LoadShape) -> RunResult:
+    return asyncio.run(run_load(items, endpoint, shape))
 
 
 def _check_consistent(records: list[RequestRecord], items: list[WorkItem]) -> None:
@@ -40,9 +44,9 @@ def _check_consistent(records: list[RequestRecord], items: list[WorkItem]) -> No
             assert r.finish_reason == "length"
 
 
-def test_sharegpt_open_loop(gateway: Server, sharegpt: list[WorkItem]) -> None:
+def test_sharegpt_open_loop(endpoint: Endpoint, sharegpt: list[WorkItem]) -> None:
     items = sharegpt[:4]
-    result = _run(gateway, items, rate=4.0)
+    result = _run(endpoint, items, LoadShape(rate=4.0))
     assert [r.index for r in sorted(result.records, key=lambda r: r.index)] == [0, 1, 2, 3]
     _check_consistent(result.records, items)
     assert all(r.ignore_eos and r.cache_status == "Miss" for r in result.records)
@@ -52,24 +56,24 @@ def test_sharegpt_open_loop(gateway: Server, sharegpt: list[WorkItem]) -> None:
     assert summary["ttft"]["p50_ms"] <= summary["e2e"]["p50_ms"]
 
 
-def test_rag_long_prompts(gateway: Server, rag: list[WorkItem]) -> None:
-    result = _run(gateway, rag, concurrency=2)
+def test_rag_long_prompts(endpoint: Endpoint, rag: list[WorkItem]) -> None:
+    result = _run(endpoint, rag, LoadShape(concurrency=2))
     _check_consistent(result.records, rag)
-    assert all(r.long and r.prompt_tokens >= 1024 for r in result.records)  # type: ignore[operator]
+    assert all(r.long and (r.prompt_tokens or 0) >= 1024 for r in result.records)
 
 
-def test_mixed_has_both_kinds(gateway: Server, mixed: list[WorkItem]) -> None:
-    result = _run(gateway, mixed, concurrency=2)
+def test_mixed_has_both_kinds(endpoint: Endpoint, mixed: list[WorkItem]) -> None:
+    result = _run(endpoint, mixed, LoadShape(concurrency=2))
     _check_consistent(result.records, mixed)
     assert {r.kind for r in result.records} == {"sharegpt", "rag"}
     summary = summarize(result.records, result.elapsed)
     assert summary["long_requests"] == sum(i.long for i in mixed) > 0
 
 
-def test_repeat_hits_after_first_asks(gateway: Server, repeat: list[WorkItem]) -> None:
+def test_repeat_hits_after_first_asks(endpoint: Endpoint, repeat: list[WorkItem]) -> None:
     """The first 8 requests ask 8 questions for the first time (misses on this fresh
     cache); the next 8 ask them again in other words, after their answers were stored."""
-    result = _run(gateway, repeat, concurrency=1)
+    result = _run(endpoint, repeat, LoadShape(concurrency=1))
     _check_consistent(result.records, repeat)
     records = sorted(result.records, key=lambda r: r.index)
     assert not any(r.ignore_eos for r in records)
@@ -84,20 +88,22 @@ def test_repeat_hits_after_first_asks(gateway: Server, repeat: list[WorkItem]) -
             assert r.itl == [] and r.completion_tokens == records[r.index - 8].completion_tokens
 
 
-def test_closed_loop_stops_at_the_request_bound(gateway: Server, sharegpt: list[WorkItem]) -> None:
-    result = _run(gateway, sharegpt[4:7], concurrency=2)
+def test_closed_loop_stops_at_the_request_bound(
+    endpoint: Endpoint, sharegpt: list[WorkItem]
+) -> None:
+    result = _run(endpoint, sharegpt[4:7], LoadShape(concurrency=2))
     assert sorted(r.index for r in result.records) == [0, 1, 2]
     assert all(r.ok for r in result.records)
 
 
-def test_closed_loop_stops_at_the_duration(gateway: Server, sharegpt: list[WorkItem]) -> None:
-    result = _run(gateway, sharegpt, concurrency=1, duration=1.0)
+def test_closed_loop_stops_at_the_duration(endpoint: Endpoint, sharegpt: list[WorkItem]) -> None:
+    result = _run(endpoint, sharegpt, LoadShape(concurrency=1, duration=1.0))
     assert 1 <= len(result.records) < len(sharegpt)
     assert all(r.sent_at <= 1.0 and r.ok for r in result.records)  # in flight: finished
 
 
-def test_open_loop_stops_at_the_duration(gateway: Server, sharegpt: list[WorkItem]) -> None:
-    result = _run(gateway, sharegpt, rate=4.0, duration=1.5, seed=5)
+def test_open_loop_stops_at_the_duration(endpoint: Endpoint, sharegpt: list[WorkItem]) -> None:
+    result = _run(endpoint, sharegpt, LoadShape(rate=4.0, duration=1.5, seed=5))
     planned = [at for at in poisson_arrivals(4.0, len(sharegpt), seed=5) if at <= 1.5]
     assert len(result.records) == len(planned) < len(sharegpt)
     assert all(r.ok for r in result.records)
@@ -106,9 +112,8 @@ def test_open_loop_stops_at_the_duration(gateway: Server, sharegpt: list[WorkIte
 def test_errors_are_recorded_by_kind(gateway: Server, sharegpt: list[WorkItem]) -> None:
     wrong_model = Endpoint(Endpoint.chat_url(gateway.url), "no-such-model", timeout=60)
     closed_port = Endpoint(Endpoint.chat_url(f"http://127.0.0.1:{free_port()}"), MODEL)
-    records = []
-    for endpoint in (wrong_model, closed_port):
-        records += asyncio.run(run_load(sharegpt[:1], endpoint, LoadShape(concurrency=1))).records
+    shape = LoadShape(concurrency=1)
+    records = [r for e in (wrong_model, closed_port) for r in _run(e, sharegpt[:1], shape).records]
     assert [(r.error, r.status_code) for r in records] == [("http_404", 404), ("connect", None)]
     assert records[0].error_code == "model_not_found" and records[0].error_message
     summary = summarize(records, 1.0)

@@ -29,3 +29,9 @@ def test_run_writes_results_report_and_plots(gateway: Server, tmp_path: Path) ->
     for name in ("latency_cdf.png", "itl_over_time.png", "throughput.png"):
         assert f"]({name})" in report
         assert (out / name).read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_scenario_with_more_rounds_than_requests_is_refused_readably(capsys) -> None:
+    args = ["loadtest", "scenario", "cache", "--num-requests", "2", "--rounds", "3"]
+    assert main(args) == 2
+    assert "--rounds must be between 1 and the 2 requests" in capsys.readouterr().err

@@ -26,16 +26,14 @@ def test_poisson_schedule_is_seeded_and_has_the_rate() -> None:
         poisson_arrivals(0.0, 3, seed=0)
 
 
-def _record(i: int, ttft: float, itl: list[float], **kw: object) -> RequestRecord:
-    e2e = ttft + sum(itl)
-    return RequestRecord(i, "sharegpt", False, 8, True, ttft=ttft, itl=itl, e2e=e2e, **kw)  # type: ignore[arg-type]
-
-
 def test_summary_percentiles_rates_and_errors() -> None:
     records = [
-        _record(i, ttft=(i + 1) / 100, itl=[0.01] * 9, completion_tokens=10, cache_status="Miss")
+        RequestRecord(
+            i, "sharegpt", False, 8, True, ttft=(i + 1) / 100, itl=[0.01] * 9,
+            e2e=(i + 1) / 100 + 0.09, completion_tokens=10, cache_status="Miss",
+        )
         for i in range(100)
-    ]
+    ]  # fmt: skip
     records[0].cache_status = "Hit"
     failed = RequestRecord(100, "rag", True, 8, True, e2e=0.5, error="http_429")
     summary = summarize([*records, failed], elapsed=10.0)
