@@ -115,7 +115,8 @@ def _served(
     candidates: list[CheckedCandidate], threshold: float, guard: bool
 ) -> CheckedCandidate | None:
     for c in candidates:
-        if c.candidate.similarity >= threshold and (c.verdict.ok or not guard):
+        passed = c.verdict is not None and c.verdict.ok  # dry runs check every candidate
+        if c.candidate.similarity >= threshold and (passed or not guard):
             return c
     return None
 

@@ -221,6 +221,9 @@ class ChatService:
         if self.cache is not None and directives.lookup:
             if self.early_start:
                 early = EarlyStart(self.upstream.stream(job))
+                # One turn of the loop: the early start reaches the engine before the
+                # lookup's own work (hashing, the Redis round trips) runs.
+                await asyncio.sleep(0)
             try:
                 lookup = await self.cache.lookup(cache_request, accept=partial(_servable, job))
             except BaseException:

@@ -69,7 +69,7 @@ class Sizes:
 
 
 QUICK = Sizes(entries=100, rounds=2, hits_per_round=50, miss_steps=12, warmup=2)
-FULL = Sizes(entries=400, rounds=4, hits_per_round=100, miss_steps=60, warmup=5)
+FULL = Sizes(entries=400, rounds=4, hits_per_round=100, miss_steps=100, warmup=5)
 
 
 # Data

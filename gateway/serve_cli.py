@@ -54,6 +54,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=settings.port,
         log_level="warning",
         timeout_graceful_shutdown=5,
+        # C event loop and HTTP parser (project dependencies): the event loop's CPU is
+        # what every request costs beside the engine, and both share two cores here.
+        loop="uvloop",
+        http="httptools",
     )
     return 0
 

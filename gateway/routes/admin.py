@@ -204,7 +204,9 @@ async def lookup(data: LookupRequest, runtime: Runtime) -> dict[str, Any]:
                 "similarity": round(c.candidate.similarity, 6),
                 "tier": c.candidate.tier,
                 "above_threshold": c.above_threshold,
-                "guard": {"ok": c.verdict.ok, "rule": c.verdict.rule, "detail": c.verdict.detail},
+                "guard": None
+                if c.verdict is None
+                else {"ok": c.verdict.ok, "rule": c.verdict.rule, "detail": c.verdict.detail},
             }
             for c in result.candidates
         ],

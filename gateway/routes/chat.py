@@ -11,6 +11,7 @@ from litestar.response import ServerSentEvent
 
 from gateway.auth import api_key_guard
 from gateway.completions import Answer, CacheDirectives, ChatService
+from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import APIError
 from gateway.runtime import Runtime
 from gateway.schemas import (
@@ -26,6 +27,10 @@ from gateway.schemas import (
 from gateway.upstream import Delta
 
 log = logging.getLogger("semgate.gateway")
+
+# nginx's status for a request whose client left first; nobody receives it, but the
+# access log and middleware see why the request ended.
+CLIENT_CLOSED_REQUEST = 499
 
 
 def _usage(final: Delta | None) -> Usage:
@@ -98,9 +103,18 @@ async def chat_completions(
     runtime.check_ready(need_cache=False)  # uncached until Redis is up: fail open
     tenant: str = request.state.tenant  # set by api_key_guard
     directives = CacheDirectives.parse(request.headers.get("cache-control"))
-    answer = await chat.answer(data, tenant, directives)
-    headers = {"X-Cache-Status": answer.cache_status.capitalize(), **answer.headers}
-    if data.stream:
-        include_usage = bool(data.stream_options and data.stream_options.include_usage)
-        return ServerSentEvent(_events(answer, include_usage), headers=headers)
-    return Response(await _collect(answer), headers=headers)
+    # Until the response starts, a client that hangs up gets its work cancelled (queued,
+    # prefilling, or a JSON answer being generated); a stream notices on its own.
+    watch = DisconnectWatch(request.receive)
+    try:
+        answer = await watch.run(chat.answer(data, tenant, directives))
+        headers = {"X-Cache-Status": answer.cache_status.capitalize(), **answer.headers}
+        if data.stream:
+            include_usage = bool(data.stream_options and data.stream_options.include_usage)
+            return ServerSentEvent(_events(answer, include_usage), headers=headers)
+        completion = await watch.run(_collect(answer))
+    except ClientDisconnected:
+        return Response(None, status_code=CLIENT_CLOSED_REQUEST)
+    finally:
+        watch.close()
+    return Response(completion, headers=headers)

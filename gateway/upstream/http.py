@@ -90,8 +90,9 @@ class HttpUpstream:
         return any(s.healthy for s in self._servers)
 
     def models(self) -> list[str]:
-        """Model ids of the healthy servers, first server's first."""
-        ids = (m for s in self._servers if s.healthy for m in s.models)
+        """Model ids any server has listed, first server's first. A model whose servers
+        are all down stays listed: its requests get 503 (retry later), not 404."""
+        ids = (m for s in self._servers for m in s.models)
         return list(dict.fromkeys(ids))
 
     def gauges(self) -> EngineGauges | None:

@@ -158,3 +158,20 @@ def test_disconnect_mid_stream_frees_the_engine_blocks(gateway: Server):
         time.sleep(0.1)
     assert metric(gateway, "semgate_num_requests_running") == 0
     assert metric(gateway, "semgate_kv_cache_usage_perc") == 0
+
+
+def test_disconnect_before_a_json_answer_aborts_its_engine_request(gateway: Server):
+    """A non-streamed answer sends nothing until it is complete: the server must still see
+    the client leave (here: its read timeout) and abort, not generate 2000 tokens."""
+    aborted = 'semgate_requests_total{cache_status="bypass",finish_reason="abort"}'
+    before = metric(gateway, aborted, missing=0)
+    body = chat_body("Tell a long story.", max_tokens=2000, ignore_eos=True)
+    headers = {"Authorization": f"Bearer {ALICE}", "Cache-Control": "no-store"}
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=2) as client:
+        client.post(gateway.url + "/v1/chat/completions", json=body, headers=headers)
+    deadline = time.monotonic() + 10
+    while metric(gateway, aborted, missing=0) == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert metric(gateway, aborted, missing=0) == before + 1
+    assert metric(gateway, "semgate_num_requests_running") == 0
+    assert metric(gateway, "semgate_kv_cache_usage_perc") == 0

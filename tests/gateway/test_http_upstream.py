@@ -135,6 +135,19 @@ def test_dead_url_is_unhealthy_and_requests_go_to_the_live_one(servers):
         check_complete(deltas)
 
 
+def test_a_model_whose_servers_are_down_is_503_not_unknown(servers):
+    async def main() -> None:
+        async with pool([servers[0].url], health_interval=60.0) as upstream:
+            upstream._mark_down(upstream._servers[0], "taken out by the test")
+            assert upstream.models() == [MODEL]  # still known: not a 404
+            with pytest.raises(UpstreamError) as info:
+                await collect(upstream, job(upstream))
+            assert info.value.status == 503
+            assert info.value.code == "upstream_unavailable"
+
+    asyncio.run(main())
+
+
 def test_too_long_prompt_passes_the_400_through(servers):
     async def main() -> None:
         async with pool([servers[0].url]) as upstream:
