@@ -161,10 +161,13 @@ async def calibrate(
     threshold = validate_threshold(threshold)
     judgements = Judgements(pairs)
     queries = list(dict.fromkeys(p.query for p in pairs))
-    answerable = len({p.query for p in pairs if p.label == 1})
+    cached = list(dict.fromkeys(p.cached for p in pairs))
+    # A query is answerable if some seeded prompt answers it: a paraphrase, or the very
+    # same text (a query that is also another pair's cached prompt hits the exact tier).
+    answerable = sum(any(judgements.judge(c, q) for c in cached) for q in queries)
     try:
-        for cached in dict.fromkeys(p.cached for p in pairs):
-            await cache.seed(cached, f"(answer to: {cached})", model=model, tenant=tenant)
+        for prompt in cached:
+            await cache.seed(prompt, f"(answer to: {prompt})", model=model, tenant=tenant)
         results: dict[str, list[CheckedCandidate]] = {}
         for query in queries:
             request = CacheRequest(

@@ -4,11 +4,12 @@ Sentence embeddings score "Convert 100 °F to Celsius" vs "Convert 100 °C to
 Fahrenheit" at 0.99, above most true paraphrases. The guard compares the two
 questions on the features that change an answer while barely moving the vector:
 numbers, units, negation, opposite words, direction (A to B vs B to A), named
-entities, contrasting alternatives, the kind of question, one word exchanged in
-the same frame (operators such as == and === included) and one word added inside
-a shared phrase ("president" vs "vice president"). Each rule is a few set operations over
-pre-extracted features (cached per text), so a check costs tens of microseconds,
-and a rejection names its rule so the dry run can explain it.
+entities, contrasting alternatives, the kind of question, a word or short phrase
+exchanged in the same frame (operators such as == and === included) and one word
+added inside a shared phrase ("president" vs "vice president"). Each rule is a few
+set operations over pre-extracted features, cached per text (extracting a new
+question's takes ~0.5 ms once; a check then costs tens of microseconds), and a
+rejection names its rule so the dry run can explain it.
 """
 
 from __future__ import annotations
@@ -268,6 +269,9 @@ def _group_pairs(groups: list[set[str]]) -> list[tuple[str, str]]:
 ANTONYMS = _stem_map(lexicon.ANTONYM_PAIRS)
 SYNONYMS = _stem_map(_group_pairs(lexicon.SYNONYM_GROUPS))
 CONTRASTS = _stem_map(_group_pairs(lexicon.CONTRAST_GROUPS))
+# Longest phrase the substitution rule treats as exchanged inside a shared frame: more
+# differing words than this is a reworded question rather than one slot refilled.
+MAX_EXCHANGED = 3
 
 
 @lru_cache(maxsize=8192)
@@ -328,6 +332,13 @@ def _swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
         return False
     diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
     return len(diff) == 2 and diff[1] - diff[0] >= 2
+
+
+def _same_word(x: str, y: str) -> bool:
+    """One word up to inflection, hyphens or abbreviation (spider/spiders, e-mail/email,
+    env/environment); operators and numbers are never "the same" as another."""
+    x, y = x.replace("-", ""), y.replace("-", "")
+    return x.isalpha() and y.isalpha() and (x.startswith(y) or y.startswith(x))
 
 
 def _comparable_units(a: set[str], b: set[str]) -> tuple[set[str], set[str]]:
@@ -411,21 +422,37 @@ class Guard:
 
     @staticmethod
     def _substitution(a: Features, b: Features) -> Verdict | None:
-        """The same question frame with one content word exchanged ("car insurance" vs
-        "home insurance", "C major" vs "C minor") is nearly always a different question;
-        true paraphrases reword more, or swap a word for a synonym."""
-        if len(a.content) != len(b.content):
+        """The same question frame with a short phrase exchanged ("car insurance" vs "home
+        insurance", "a hard yolk" vs "a runny yolk", "midnight sun" vs "northern lights")
+        is nearly always a different question: true paraphrases reword the frame too, or
+        swap a word for a synonym. The frame is the content words both questions share
+        at the start and at the end; what differs between them is at most a few words
+        on each side."""
+        p = 0
+        while p < min(len(a.content), len(b.content)) and a.content[p] == b.content[p]:
+            p += 1
+        s = 0
+        while (
+            s < min(len(a.content), len(b.content)) - p and a.content[-1 - s] == b.content[-1 - s]
+        ):
+            s += 1
+        mid_a, mid_b = a.content[p : len(a.content) - s], b.content[p : len(b.content) - s]
+        if not mid_a or not mid_b or max(len(mid_a), len(mid_b)) > MAX_EXCHANGED:
             return None
-        diff = [(x, y) for x, y in zip(a.content, b.content, strict=True) if x != y]
-        if len(diff) != 1:
+        # One word for one keeps any shared frame; a phrase needs at least two shared words.
+        if p + s < (1 if len(mid_a) == len(mid_b) == 1 else 2) or set(mid_a) == set(mid_b):
             return None
-        x, y = diff[0]
-        # A word and its own inflection (spider/spiders) are one word; operators are not
-        # (== vs ===).
-        inflected = x.isalpha() and y.isalpha() and (x.startswith(y) or y.startswith(x))
-        if y in SYNONYMS.get(x, ()) or inflected:
+        # A word and its own inflection or spelling (spider/spiders, medium-sized/medium
+        # size, e-mail/email) are one word; operators are not (== vs ===).
+        if _same_word("".join(mid_a), "".join(mid_b)):
             return None
-        return Verdict(False, "substitution", f"{x!r} vs {y!r}")
+        # Word for word synonyms or abbreviations ("early symptoms" vs "first signs",
+        # "environment variables" vs "env vars") reword the same phrase.
+        if len(mid_a) == len(mid_b) and all(
+            _same_word(x, y) or y in SYNONYMS.get(x, ()) for x, y in zip(mid_a, mid_b, strict=True)
+        ):
+            return None
+        return Verdict(False, "substitution", f"{' '.join(mid_a)!r} vs {' '.join(mid_b)!r}")
 
     @staticmethod
     def _modifier(a: Features, b: Features) -> Verdict | None:

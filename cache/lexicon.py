@@ -356,6 +356,10 @@ STOPWORDS = frozenset(
         "very", "just", "also", "please", "hi", "hey", "hello", "thanks", "get", "got", "go",
         "going", "want", "need", "way", "best", "good", "one", "i'm", "it's", "what's", "how's",
         "there's", "that's", "let", "tell", "know", "like", "quick", "question",
+        # Hedges and chat filler: they soften a question without changing what it asks.
+        "roughly", "approximately", "usually", "typically", "generally", "actually",
+        "really", "basically", "exactly", "pls", "plz", "thx", "q", "whats", "hows",
+        "wheres", "whens", "whos",
     }
 )
 CLAUSE_BREAKS = frozenset({"and", "or", "but", "because", "while", "if", "so", "vs", "versus"})
@@ -512,4 +516,8 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"purpose", "point", "goal"},
     {"rule", "regulation", "law"},
     {"cancel", "terminate"},
+    {"symptom", "sign"},
+    {"early", "first"},
+    {"mountain", "peak"},
+    {"set", "configure"},
 ]

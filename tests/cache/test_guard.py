@@ -32,6 +32,16 @@ NEAR_MISSES = [
         "Does my home insurance cover hail damage?",
         {"substitution"},
     ),
+    (
+        "How long do I boil an egg for a fully hard yolk?",
+        "How long do I boil an egg for a runny yolk?",
+        {"substitution"},
+    ),
+    (
+        "When is the best month to see the midnight sun in Norway?",
+        "When is the best month to see the northern lights in Norway?",
+        {"substitution"},
+    ),
 ]
 
 PARAPHRASES = [
@@ -42,6 +52,9 @@ PARAPHRASES = [
     ("What is the capital of Australia?", "what's australia's capital city"),
     ("How many ounces in a pound?", "1 lb equals how many oz"),
     ("When did World War 2 end?", "what year did ww2 finish"),
+    ("What are the early symptoms of flu?", "what are the first signs of flu"),
+    ("how to set environment variables in docker", "how to set env vars in docker"),
+    ("roughly how long does it take to learn french", "how long does it usually take?"),
 ]
 
 
