@@ -334,6 +334,19 @@ def _swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return len(diff) == 2 and diff[1] - diff[0] >= 2
 
 
+def _frame(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[int, int]:
+    """How many words two sequences share at the start, then at the end (the two never
+    overlap): what lies between is where they differ."""
+    n = min(len(a), len(b))
+    p = 0
+    while p < n and a[p] == b[p]:
+        p += 1
+    s = 0
+    while s < n - p and a[-1 - s] == b[-1 - s]:
+        s += 1
+    return p, s
+
+
 def _same_word(x: str, y: str) -> bool:
     """One word up to inflection, hyphens or abbreviation (spider/spiders, e-mail/email,
     env/environment); operators and numbers are never "the same" as another."""
@@ -428,14 +441,7 @@ class Guard:
         swap a word for a synonym. The frame is the content words both questions share
         at the start and at the end; what differs between them is at most a few words
         on each side."""
-        p = 0
-        while p < min(len(a.content), len(b.content)) and a.content[p] == b.content[p]:
-            p += 1
-        s = 0
-        while (
-            s < min(len(a.content), len(b.content)) - p and a.content[-1 - s] == b.content[-1 - s]
-        ):
-            s += 1
+        p, s = _frame(a.content, b.content)
         mid_a, mid_b = a.content[p : len(a.content) - s], b.content[p : len(b.content) - s]
         if not mid_a or not mid_b or max(len(mid_a), len(mid_b)) > MAX_EXCHANGED:
             return None
@@ -464,16 +470,16 @@ class Guard:
         (short, _), (long, words) = sorted(
             ((a.content, a.words), (b.content, b.words)), key=lambda f: len(f[0])
         )
-        if len(long) != len(short) + 1:
+        p, s = _frame(short, long)
+        # Exactly one word added, inside: after one shared word and before another.
+        if len(long) != len(short) + 1 or p + s != len(short) or not p or not s:
             return None
-        for i in range(1, len(long) - 1):  # inside: after one shared word, before another
-            if long[:i] + long[i + 1 :] != short or not long[i].isalpha():
-                continue
-            # Only a modifier if it directly precedes the next shared word.
-            if any(
-                stem(w) == long[i] and stem(n) == long[i + 1] for w, n in itertools.pairwise(words)
-            ):
-                return Verdict(False, "modifier", f"{long[i]!r} added before {long[i + 1]!r}")
+        added, following = long[p], long[p + 1]
+        # Only a modifier if it directly precedes the next shared word.
+        if added.isalpha() and any(
+            stem(w) == added and stem(n) == following for w, n in itertools.pairwise(words)
+        ):
+            return Verdict(False, "modifier", f"{added!r} added before {following!r}")
         return None
 
     @staticmethod

@@ -112,45 +112,48 @@ class BlockManager:
             seq.block_table.append(block_id)
         return True
 
+    def _release(self, block_id: int, reuse_first: bool = False) -> None:
+        """Drops one holder of a block; a block nobody holds joins the free list, at its
+        end (evicted last: a later request may still hit it) unless `reuse_first`."""
+        block = self.blocks[block_id]
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            self.free[block_id] = None
+            if reuse_first:
+                self.free.move_to_end(block_id, last=False)
+
     def free_sequence(self, seq: Sequence) -> None:
         # Tail blocks first, so they are evicted before the shared-prefix blocks.
         for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                self.free[block_id] = None
+            self._release(block_id)
         seq.block_table = []
         seq.block_hashes = []
 
     def trim(self, seq: Sequence, num_tokens: int) -> None:
-        """Gives back seq's blocks beyond num_tokens (slots of rejected proposals).
-
-        They hold nothing worth keeping, so they go to the front of the free list
-        and are reused before any block that a later request could still hit.
-        """
+        """Gives back seq's blocks beyond num_tokens (slots of rejected proposals, or
+        reserved for proposals that were then dropped). They hold nothing worth
+        keeping, so they are reused first."""
         keep = self.blocks_needed(num_tokens)
         while len(seq.block_table) > keep:
-            block_id = seq.block_table.pop()
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                self.free[block_id] = None
-                self.free.move_to_end(block_id, last=False)
+            self._release(seq.block_table.pop(), reuse_first=True)
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Names seq's newly completed blocks so later requests can reuse them."""
         if not self.enable_prefix_caching:
             return
         bs = self.block_size
-        # A stop inside an accepted run drops tokens whose KV was already counted.
-        computed = min(seq.num_computed_tokens, len(seq.token_ids))
-        for i in range(len(seq.block_hashes), computed // bs):
+        for i in range(len(seq.block_hashes), seq.num_computed_tokens // bs):
             chunk = tuple(seq.token_ids[i * bs : (i + 1) * bs])
             block_hash = chain_hash(seq.block_hashes[-1] if seq.block_hashes else None, chunk)
             seq.block_hashes.append(block_hash)
             block = self.blocks[seq.block_table[i]]
             block.block_hash, block.token_ids = block_hash, chunk
             self.cached.setdefault(block_hash, block.block_id)
+
+
+def slot_of(block_table: list[int], position: int, block_size: int) -> int:
+    """The flat KV-cache slot of a token position: its block's first slot plus the offset."""
+    return block_table[position // block_size] * block_size + position % block_size
 
 
 def kv_cache_bytes_per_block(

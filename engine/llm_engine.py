@@ -162,18 +162,22 @@ class LLMEngine:
                 continue
             tokens = next(tokens_of)
             sampled.append(seq)
-            # KV stays valid for the real tokens and the accepted proposals; the
-            # slots of rejected ones are past num_computed_tokens and get rewritten.
             num_drafts = len(item.spec_token_ids)
-            seq.num_computed_tokens += item.num_new_tokens - num_drafts + len(tokens) - 1
-            self.stats.generation_tokens += len(tokens)
             if spec is not None:
                 spec.record(seq, num_drafts, len(tokens))
-            self._append_tokens(seq, tokens, now)
-            if not seq.finished:
-                if num_drafts:
-                    self.block_manager.trim(seq, seq.num_tokens)
-                self.block_manager.cache_full_blocks(seq)
+            appended = seq.num_tokens
+            finish = self._append_tokens(seq, tokens, now)  # may stop inside the run
+            appended = seq.num_tokens - appended
+            self.stats.generation_tokens += appended
+            # KV stays valid for this step's real inputs and the kept proposals: every
+            # appended token but the newest. Slots past that (rejected proposals) are
+            # rewritten later, or given back by the trim.
+            seq.num_computed_tokens += item.num_new_tokens - num_drafts + appended - 1
+            if finish is not None:
+                self._finish(seq, finish)
+                continue
+            self.block_manager.trim(seq, seq.num_tokens)
+            self.block_manager.cache_full_blocks(seq)
         self.stats.computed_tokens += num_computed
         if spec is not None:
             spec.observe_step(num_computed, now - started)
@@ -191,26 +195,28 @@ class LLMEngine:
     def _draft_generators(self, seq: Sequence, count: int) -> list[torch.Generator]:
         return self.runner.position_generators(seq, count, salt=1)
 
-    def _append_tokens(self, seq: Sequence, tokens: list[int], now: float) -> None:
-        """Appends tokens in order until one of them ends the request."""
+    def _append_tokens(self, seq: Sequence, tokens: list[int], now: float) -> str | None:
+        """Appends tokens in order until one of them ends the request; returns the finish
+        reason (None: the request goes on)."""
         for token in tokens:
-            self._append_token(seq, token, now)
-            if seq.finished:
-                return
+            finish = self._append_token(seq, token, now)
+            if finish is not None:
+                return finish
+        return None
 
-    def _append_token(self, seq: Sequence, token: int, now: float) -> None:
+    def _append_token(self, seq: Sequence, token: int, now: float) -> str | None:
         seq.token_ids.append(token)
         seq.metrics.token_times.append(now)
         params = seq.params
         if token in self.tokenizer.eos_token_ids and not params.ignore_eos:
-            self._finish(seq, "stop")
-            return
+            return "stop"
         stop = seq.detokenizer.add(token)
         if stop is not None:
             seq.stop_reason = stop
-            self._finish(seq, "stop")
-        elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
-            self._finish(seq, "length")
+            return "stop"
+        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
 
     def _finish(self, seq: Sequence, reason: str) -> None:
         self.block_manager.cache_full_blocks(seq)

@@ -117,9 +117,13 @@ def _rename(name: str, global_map: dict[str, str], layer_map: dict[str, str], pr
     return ""
 
 
+def _gguf_metadata(reader: GGUFReader) -> dict[str, Any]:
+    return {name: field.contents() for name, field in reader.fields.items()}
+
+
 def load_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
     reader = _GGUFReader(path)
-    meta = {name: field.contents() for name, field in reader.fields.items()}
+    meta = _gguf_metadata(reader)
     arch = meta["general.architecture"]
     if arch not in _SUPPORTED_ARCHS:
         raise ValueError(f"unsupported architecture {arch!r} in {path.name}")
@@ -152,7 +156,7 @@ def load_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
 
 
 def load_hf_dir(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
-    cfg = json.loads((path / "config.json").read_text())
+    cfg = _hf_config(path)
     names = cfg.get("architectures") or []
     arch = next((_HF_ARCHS[a] for a in names if a in _HF_ARCHS), None)
     if arch is None and cfg.get("model_type") in _SUPPORTED_ARCHS:
@@ -187,13 +191,29 @@ def load_hf_dir(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
                 name = _rename(key, _HF_GLOBAL, _HF_LAYER, "model.layers.")
                 if name:
                     weights[name] = f.get_tensor(key).float()
+    return config, weights, _hf_tokenizer(path, cfg)
+
+
+def _hf_config(path: Path) -> dict[str, Any]:
+    return json.loads((path / "config.json").read_text())
+
+
+def _hf_tokenizer(path: Path, cfg: dict[str, Any]) -> Tokenizer:
+    """EOS ids of config.json and generation_config.json join the tokenizer's own."""
     eos: list[int] = []
     gen_file = path / "generation_config.json"
     for source in (cfg, json.loads(gen_file.read_text()) if gen_file.is_file() else {}):
         value = source.get("eos_token_id")
         eos += value if isinstance(value, list) else [value] if value is not None else []
-    return config, weights, Tokenizer.from_hf_dir(path, eos)
+    return Tokenizer.from_hf_dir(path, eos)
 
 
 def load_model_files(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
     return load_gguf(path) if path.suffix == ".gguf" else load_hf_dir(path)
+
+
+def load_tokenizer(path: Path) -> Tokenizer:
+    """The tokenizer alone, as load_model_files builds it; no weights are read."""
+    if path.suffix == ".gguf":
+        return Tokenizer.from_gguf_metadata(_gguf_metadata(_GGUFReader(path)))
+    return _hf_tokenizer(path, _hf_config(path))

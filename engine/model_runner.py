@@ -10,14 +10,14 @@ from __future__ import annotations
 import torch
 
 from engine.attention import SequenceSlice, select_attention_backend
-from engine.kv_cache import allocate_kv_cache
+from engine.kv_cache import allocate_kv_cache, slot_of
 from engine.model import CausalLM
 from engine.sampler import Sampler
 from engine.sampling_params import MAX_SEED
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
 from engine.spec.draft import DraftProposer
-from engine.spec.verifier import verify
+from engine.spec.verifier import verify_greedy, verify_sampled
 
 
 class ModelRunner:
@@ -95,15 +95,21 @@ class ModelRunner:
             )
             for i, token in zip(plain, tokens, strict=True):
                 out[i] = [token]
-        for i, item in enumerate(sampling):
-            if item.spec_token_ids:
-                seq = item.seq
-                out[i] = verify(
+        speculating = [i for i, item in enumerate(sampling) if item.spec_token_ids]
+        # One argmax (one device sync) serves every greedy verification in the batch.
+        greedy = speculating and any(sampling[i].seq.params.greedy for i in speculating)
+        argmax = logits.argmax(dim=-1).tolist() if greedy else []
+        for i in speculating:
+            seq, drafts = sampling[i].seq, list(sampling[i].spec_token_ids)
+            if seq.params.greedy:
+                out[i] = verify_greedy(drafts, argmax[starts[i] : starts[i + 1]])
+            else:
+                out[i] = verify_sampled(
                     logits[starts[i] : starts[i + 1]],
-                    list(item.spec_token_ids),
+                    drafts,
                     draft_probs.get(seq.request_id),
                     seq.params,
-                    self.position_generators(seq, len(item.spec_token_ids) + 1),
+                    self.position_generators(seq, len(drafts) + 1),
                 )
         return out
 
@@ -124,7 +130,7 @@ class ModelRunner:
             input_ids += seq.token_ids[start : end - len(item.spec_token_ids)]
             input_ids += item.spec_token_ids
             positions += range(start, end)
-            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            slots += [slot_of(table, p, bs) for p in range(start, end)]
             slices.append(SequenceSlice(item.num_new_tokens, end, table))
             if item.samples:
                 last = len(input_ids)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from engine.sampling_params import SamplingParams
@@ -37,9 +39,18 @@ def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
     return logits.softmax(dim=-1)
 
 
-def race(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One draw from each row of probs: argmax(p / E) with E ~ Exp(1) draws from p."""
+def race(
+    probs: torch.Tensor,
+    generator: torch.Generator | None,
+    row_generators: Sequence[torch.Generator | None] = (),
+) -> torch.Tensor:
+    """One draw from each row of probs: argmax(p / E) with E ~ Exp(1) draws from p.
+    A row with its own generator (a seeded request) draws its noise from it, so its
+    token does not depend on what else is in the batch."""
     noise = torch.empty_like(probs).exponential_(generator=generator)
+    for row, gen in enumerate(row_generators):
+        if gen is not None:
+            noise[row].exponential_(generator=gen)
     return (probs / noise).argmax(dim=-1)
 
 
@@ -58,13 +69,6 @@ class Sampler:
         greedy = logits.argmax(dim=-1)
         if all(p.greedy for p in params):
             return greedy.tolist()
-        probs = sampling_probs(logits, params)
-        # Each seeded request draws its noise from its own generator, so its
-        # tokens do not depend on what else is in the batch.
-        noise = torch.empty_like(probs).exponential_(generator=self.generator)
-        for row, gen in enumerate(generators):
-            if gen is not None and not params[row].greedy:
-                noise[row].exponential_(generator=gen)
-        sampled = (probs / noise).argmax(dim=-1)
+        sampled = race(sampling_probs(logits, params), self.generator, generators)
         is_greedy = torch.tensor([p.greedy for p in params], device=logits.device)
         return torch.where(is_greedy, greedy, sampled).tolist()

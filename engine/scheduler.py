@@ -74,8 +74,8 @@ class Scheduler:
             num_new = min(seq.num_uncomputed_tokens, budget)
             if num_new < seq.num_uncomputed_tokens and not self.enable_chunked_prefill:
                 continue
-            # Proposals only ride on a decode, and only as far as the budget reaches.
-            spec = tuple(seq.spec_token_ids[: budget - 1]) if seq.num_uncomputed_tokens == 1 else ()
+            # Proposals (made for decodes only) ride as far as the budget reaches.
+            spec = tuple(seq.spec_token_ids[: budget - 1])
             if spec and not self.block_manager.allocate(
                 seq, seq.num_computed_tokens + num_new + len(spec)
             ):

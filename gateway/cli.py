@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     try:
         return args.func(args)
-    except (ValueError, RuntimeError) as exc:  # incl. RedisUnavailableError
+    except (ValueError, RuntimeError, TimeoutError) as exc:  # incl. RedisUnavailableError
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
     except KeyboardInterrupt:

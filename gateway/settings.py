@@ -12,7 +12,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 from cache import DEFAULT_THRESHOLD, Thresholds
 from engine.config import DEFAULT_MODEL
@@ -132,45 +132,27 @@ def parse_pairs(text: str, what: str) -> dict[str, str]:
     return pairs
 
 
+def _env_value(name: str, kind: Any, raw: str) -> Any:
+    """SEMGATE_<NAME>'s text as the setting's type (bool, str, int, float or Path)."""
+    if kind is bool:
+        return raw.lower() not in ("0", "false", "no", "off")
+    try:
+        return kind(raw)
+    except ValueError as exc:
+        raise ValueError(f"SEMGATE_{name.upper()}={raw!r}: {exc}") from exc
+
+
 def _from_env(env: Any) -> dict[str, Any]:
+    """SEMGATE_<NAME> for every plain setting, typed as the field is; lists and maps
+    have their own spellings (comma-separated upstreams, key:tenant pairs)."""
     out: dict[str, Any] = {}
     if env.get("REDIS_URL"):
         out["redis_url"] = env["REDIS_URL"]
-    casts: dict[str, Any] = {
-        "host": str,
-        "port": int,
-        "model": str,
-        "max_model_len": int,
-        "max_num_seqs": int,
-        "max_num_batched_tokens": int,
-        "spec_method": str,
-        "num_spec_tokens": int,
-        "spec_draft_model": str,
-        "num_threads": int,
-        "max_waiting": int,
-        "upstream_timeout": float,
-        "redis_url": str,
-        "redis_data_dir": Path,
-        "redis_maxmemory": str,
-        "threshold": float,
-        "cache_ttl": int,
-        "cache_max_temperature": float,
-        "admin_key": str,
-        "upstream_api_key": str,
-        "rate_limit": str,
-        "max_body_bytes": int,
-    }
-    for name, cast in casts.items():
+    for name, hint in get_type_hints(Settings).items():
+        kinds = [k for k in get_args(hint) or (hint,) if k is not type(None)]
         raw = env.get(f"SEMGATE_{name.upper()}")
-        if raw:
-            try:
-                out[name] = cast(raw)
-            except ValueError as exc:
-                raise ValueError(f"SEMGATE_{name.upper()}={raw!r}: {exc}") from exc
-    for name in ("cache", "early_start", "chunked_prefill", "prefix_caching"):
-        raw = env.get(f"SEMGATE_{name.upper()}")
-        if raw:
-            out[name] = raw.lower() not in ("0", "false", "no", "off")
+        if raw and len(kinds) == 1 and kinds[0] in (bool, str, int, float, Path):
+            out[name] = _env_value(name, kinds[0], raw)
     if env.get("SEMGATE_UPSTREAMS"):
         out["upstreams"] = env["SEMGATE_UPSTREAMS"].split(",")
     if env.get("SEMGATE_API_KEYS"):

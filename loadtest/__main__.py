@@ -1,7 +1,7 @@
-"""`python -m loadtest`: the same commands as `semgate loadtest`."""
+"""`python -m loadtest ARGS`: `semgate loadtest ARGS`, through the same entry point."""
 
 import sys
 
-from loadtest.cli import main
+from gateway.cli import main
 
-sys.exit(main())
+sys.exit(main(["loadtest", *sys.argv[1:]]))

@@ -1,4 +1,4 @@
-"""`semgate loadtest run|scenario ...` and `python -m loadtest run|scenario ...`.
+"""The `semgate loadtest run|scenario ...` commands (`python -m loadtest` runs them too).
 
 Only argparse at import: the commands import what they need when they run."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,12 +43,6 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     parser.add_argument("--seed", type=int, default=0)
-
-
-def build_parser(prog: str = "python -m loadtest") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    add_subcommands(parser)
-    return parser
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
@@ -153,15 +146,3 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     report = run_scenario(run, options, shape, args.out or DEFAULT_OUT / args.name, console)
     console.print(f"report: {report}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    args = build_parser().parse_args(argv)
-    try:
-        return args.loadtest_func(args)
-    except (ValueError, RuntimeError, TimeoutError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130

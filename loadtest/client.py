@@ -22,6 +22,7 @@ class Endpoint:
     ignore_eos: bool = True  # send vLLM's ignore_eos for items whose length the workload sets
     temperature: float = 0.0
     timeout: float = 300.0  # seconds a request may take in all
+    cache_store: bool = True  # False: Cache-Control no-store, a semgate gateway skips its cache
 
     @staticmethod
     def chat_url(base: str) -> str:
@@ -32,7 +33,13 @@ class Endpoint:
         return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        if not self.cache_store:
+            headers["Cache-Control"] = "no-store"
+        return headers
+
+    def sends_ignore_eos(self, item: WorkItem) -> bool:
+        return self.ignore_eos and item.exact_length
 
     def body(self, item: WorkItem) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -43,7 +50,7 @@ class Endpoint:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if self.ignore_eos and item.exact_length:
+        if self.sends_ignore_eos(item):
             body["ignore_eos"] = True
         return body
 

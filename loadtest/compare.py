@@ -10,7 +10,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 from rich.console import Console
 
@@ -43,11 +42,16 @@ class ScenarioRun:
         return "semgate serve " + " ".join(args)
 
 
-def _warm_up(url: str, model: str) -> None:
-    """One short request, so the first measured one pays no first-call costs."""
-    body = {"model": model, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}
-    headers = {"Cache-Control": "no-store"}
-    httpx.post(Endpoint.chat_url(url), json=body, headers=headers, timeout=300).raise_for_status()
+def _warm_up(endpoint: Endpoint) -> None:
+    """One short request, so the first measured one pays no first-call costs; not cached,
+    so the cache starts the run empty."""
+    item = WorkItem([{"role": "user", "content": "Say hi."}], 8, exact_length=False, kind="warm-up")
+    no_store = dataclasses.replace(endpoint, cache_store=False)
+    record = asyncio.run(run_load([item], no_store, LoadShape(concurrency=1))).records[0]
+    if not record.ok:
+        raise RuntimeError(
+            f"warm-up request to {endpoint.url} failed: {record.error} {record.error_message or ''}"
+        )
 
 
 def _describe(run: ScenarioRun, shape: LoadShape, count: int) -> str:
@@ -60,14 +64,14 @@ def _describe(run: ScenarioRun, shape: LoadShape, count: int) -> str:
 
 
 def _drive(
-    run: ScenarioRun, items: list[WorkItem], shape: LoadShape, urls: list[str], console: Console
+    run: ScenarioRun,
+    items: list[WorkItem],
+    shape: LoadShape,
+    endpoints: dict[str, Endpoint],
+    console: Console,
 ) -> tuple[dict[str, list[RequestRecord]], dict[str, float]]:
-    """Each round's slice of the workload on every side, alternating which side goes first;
-    the rounds' records are laid end to end on one timeline per side."""
-    endpoints = {
-        side.label: Endpoint(Endpoint.chat_url(url), run.model, timeout=run.timeout)
-        for side, url in zip(run.scenario.sides, urls, strict=True)
-    }
+    """Each round's slice of the workload on every side (by label), alternating which side
+    goes first; the rounds' records are laid end to end on one timeline per side."""
     order = list(endpoints)
     runs: dict[str, list[RequestRecord]] = {label: [] for label in order}
     elapsed = dict.fromkeys(order, 0.0)
@@ -104,11 +108,15 @@ def run_scenario(
         for side in scenario.sides:
             redis_dir = stack.enter_context(tempfile.TemporaryDirectory()) if side.cache else None
             servers.append(ServeProcess(run.serve_args(side, redis_dir)))
+        endpoints = {
+            side.label: Endpoint(Endpoint.chat_url(server.url), run.model, timeout=run.timeout)
+            for side, server in zip(scenario.sides, servers, strict=True)
+        }
         with console.status("starting the servers ..."):
             stack.enter_context(serving(*servers))
-            for server in servers:
-                _warm_up(server.url, run.model)
-        runs, elapsed = _drive(run, items, shape, [s.url for s in servers], console)
+            for endpoint in endpoints.values():
+                _warm_up(endpoint)
+        runs, elapsed = _drive(run, items, shape, endpoints, console)
     summaries = {label: summarize(records, elapsed[label]) for label, records in runs.items()}
     headline = Headline.of(scenario.headline_name, scenario.headline, summaries, scenario.goal)
     print_table(console, summaries, f"scenario {scenario.name}")

@@ -84,7 +84,6 @@ def rag_items(tokenizer: Tokenizer, count: int, options: WorkloadOptions) -> lis
                 exact_length=True,
                 kind="rag",
                 long=True,
-                prompt_tokens=len(tokenizer.encode(prompt)),
             )
         )
     return items

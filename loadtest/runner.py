@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -46,8 +47,15 @@ class RunResult:
 
 
 class _Run:
-    def __init__(self, items: list[WorkItem], endpoint: Endpoint, shape: LoadShape) -> None:
+    def __init__(
+        self,
+        items: list[WorkItem],
+        endpoint: Endpoint,
+        shape: LoadShape,
+        on_finish: Callable[[], None],
+    ) -> None:
         self.items, self.endpoint, self.shape = items, endpoint, shape
+        self.on_finish = on_finish  # called as each request finishes
         self.records: list[RequestRecord] = []
         self.start = time.perf_counter()
 
@@ -61,11 +69,15 @@ class _Run:
             kind=item.kind,
             long=item.long,
             max_tokens=item.max_tokens,
-            ignore_eos=self.endpoint.ignore_eos and item.exact_length,
+            ignore_eos=self.endpoint.sends_ignore_eos(item),
             sent_at=at,
         )
         self.records.append(record)
         await send(client, self.endpoint, item, record)
+        self.on_finish()
+
+    async def drive(self, client: httpx.AsyncClient) -> None:
+        await (self.open_loop if self.shape.rate is not None else self.closed_loop)(client)
 
     async def open_loop(self, client: httpx.AsyncClient) -> None:
         assert self.shape.rate is not None
@@ -103,22 +115,17 @@ async def run_load(
     """Runs the workload against the endpoint; a progress bar on `console` if given."""
     from engine.bench.report import progress
 
-    run = _Run(items, endpoint, shape)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     timeout = httpx.Timeout(endpoint.timeout, connect=30.0)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        loop = run.open_loop if shape.rate is not None else run.closed_loop
-        task = asyncio.create_task(loop(client))
         if console is None:
-            await task
+            run = _Run(items, endpoint, shape, on_finish=lambda: None)
+            await run.drive(client)
         else:
             with progress(console) as bar:
                 bar_task = bar.add_task(label, total=len(items))
-                while not task.done():
-                    await asyncio.wait([task], timeout=0.25)
-                    done = sum(r.e2e is not None for r in run.records)
-                    bar.update(bar_task, completed=done)
-                bar.update(bar_task, total=len(run.records))
-            await task
+                run = _Run(items, endpoint, shape, on_finish=lambda: bar.advance(bar_task))
+                await run.drive(client)
+                bar.update(bar_task, total=len(run.records))  # the duration may cut it short
     finished = [r.finished_at for r in run.records if r.finished_at is not None]
     return RunResult(run.records, max(finished, default=run.now()))

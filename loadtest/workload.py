@@ -27,7 +27,6 @@ class WorkItem:
     exact_length: bool
     kind: str
     long: bool = False
-    prompt_tokens: int = 0  # counted by the tokenizer, chat template excluded
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,6 @@ def sharegpt_items(tokenizer: Tokenizer, count: int, options: WorkloadOptions) -
             max_tokens=output_len,
             exact_length=True,
             kind="sharegpt",
-            prompt_tokens=len(tokenizer.encode(prompt)),
         )
         for prompt, output_len in pairs
     ]

@@ -31,6 +31,7 @@ from engine.bench.report import met_cell, progress, write_report
 from engine.bench.sharegpt import MIN_LEN, first_exchange, iter_conversations, sample_requests
 from engine.config import EngineConfig
 from engine.llm import LLM
+from engine.metrics import EngineStats
 from engine.sampling_params import SamplingParams
 from engine.tokenizer import Tokenizer
 
@@ -95,11 +96,15 @@ def _spec_counts(llm: LLM) -> tuple[int, int, int]:
 
 def _acceptance(before: tuple[int, int, int], after: tuple[int, int, int]) -> dict[str, Any]:
     drafts, proposed, accepted = (b - a for a, b in zip(before, after, strict=True))
+    # The engine's own formulas, over this measurement's counts.
+    window = EngineStats(
+        spec_num_drafts=drafts, spec_draft_tokens=proposed, spec_accepted_tokens=accepted
+    )
     return {
         "proposed": proposed,
         "accepted": accepted,
-        "acceptance_rate": accepted / proposed if proposed else None,
-        "mean_accepted_length": 1 + accepted / drafts if drafts else None,
+        "acceptance_rate": window.spec_acceptance_rate,
+        "mean_accepted_length": window.spec_mean_accepted_length,
     }
 
 

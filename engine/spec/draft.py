@@ -23,6 +23,7 @@ from collections.abc import Callable
 import torch
 
 from engine.attention import AttentionBackend, SequenceSlice
+from engine.kv_cache import slot_of
 from engine.model import CausalLM
 from engine.sampler import race, sampling_probs
 from engine.sequence import Sequence
@@ -79,7 +80,7 @@ class DraftProposer:
                 table = seq.block_table
                 ids.append(drafts[i][-1] if j else seq.token_ids[-1])
                 positions.append(pos)
-                slots.append(table[pos // bs] * bs + pos % bs)
+                slots.append(slot_of(table, pos, bs))
                 slices.append(SequenceSlice(1, pos + 1, table))
             ids_t, pos_t, slot_t = (
                 torch.tensor(x, dtype=torch.long, device=device) for x in (ids, positions, slots)

@@ -80,8 +80,7 @@ class StepCost:
 
 
 class SpecPolicy:
-    def __init__(self, max_k: int, uses_draft_model: bool) -> None:
-        self.max_k = max_k
+    def __init__(self, uses_draft_model: bool) -> None:
         self.uses_draft_model = uses_draft_model
         self.acceptance: dict[str, _Acceptance] = {}
         self.method = _Acceptance()  # every sequence's verifications, for new sequences

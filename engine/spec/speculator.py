@@ -35,7 +35,7 @@ class Speculator:
         self.stats = stats
         self.ngram = ngram
         self.drafter = drafter
-        self.policy = SpecPolicy(max_k, uses_draft_model=drafter is not None)
+        self.policy = SpecPolicy(uses_draft_model=drafter is not None)
         self.draft_probs: dict[str, torch.Tensor] = {}
 
     def cap(self, seq: Sequence) -> int:

@@ -21,7 +21,16 @@ from engine.sampler import race, sampling_probs
 from engine.sampling_params import SamplingParams
 
 
-def verify(
+def verify_greedy(drafts: list[int], target: list[int]) -> list[int]:
+    """The drafts while they equal the target's argmax (target[i]: after drafts[:i]),
+    then the target's own token."""
+    accepted = 0
+    while accepted < len(drafts) and drafts[accepted] == target[accepted]:
+        accepted += 1
+    return [*drafts[:accepted], target[accepted]]
+
+
+def verify_sampled(
     logits: torch.Tensor,
     drafts: list[int],
     draft_probs: torch.Tensor | None,
@@ -36,12 +45,6 @@ def verify(
     position, so its tokens do not depend on how many drafts each step verified).
     """
     k = len(drafts)
-    if params.greedy:
-        target = logits.argmax(dim=-1).tolist()
-        accepted = 0
-        while accepted < k and drafts[accepted] == target[accepted]:
-            accepted += 1
-        return [*drafts[:accepted], target[accepted]]
     p = sampling_probs(logits, [params] * (k + 1))
     draft_ids = torch.tensor(drafts, device=p.device)
     rows = torch.arange(k, device=p.device)

@@ -8,9 +8,10 @@ import torch
 
 from engine import SamplingParams
 from engine.attention import SequenceSlice
+from engine.kv_cache import slot_of
 from engine.llm_engine import LLMEngine
 from engine.sampler import sampling_probs
-from engine.spec.verifier import verify
+from engine.spec.verifier import verify_sampled
 from tests.engine.prompts import PROMPTS
 
 # Prompts whose continuations repeat or quote their own text, so proposals are made
@@ -146,7 +147,7 @@ def _prompt_logits(engine: LLMEngine, prompt: str, num_layers: int | None) -> to
     assert engine.block_manager.allocate(seq, n)
     try:
         table = seq.block_table
-        slots = torch.tensor([table[p // bs] * bs + p % bs for p in range(n)])
+        slots = torch.tensor([slot_of(table, p, bs) for p in range(n)])
         meta = runner.attention.build_metadata([SequenceSlice(n, n, table)], slots, bs)
         ids = torch.tensor(seq.token_ids)
         hidden = engine.model(
@@ -184,7 +185,8 @@ def _counts(p_logits: torch.Tensor, q: torch.Tensor | None, naive: bool) -> torc
             accept = float(torch.rand(1, generator=gen)) * q_draft < float(p[draft])
             token = draft if accept else int(torch.multinomial(p, 1, generator=gen))
         else:
-            token = verify(logits, [draft], None if q is None else q[None], TOP_K, [gen, gen])[0]
+            draft_probs = None if q is None else q[None]
+            token = verify_sampled(logits, [draft], draft_probs, TOP_K, [gen, gen])[0]
         counts[token] += 1
     return counts
 

@@ -29,7 +29,7 @@ def _observe(policy: SpecPolicy, per_token_s: float) -> None:
 
 
 def test_a_well_accepted_sequence_gets_the_whole_cap_at_batch_one():
-    policy = SpecPolicy(max_k=8, uses_draft_model=False)
+    policy = SpecPolicy(uses_draft_model=False)
     _observe(policy, 0.001)
     for _ in range(10):
         policy.record("a", 8, 8)
@@ -38,7 +38,7 @@ def test_a_well_accepted_sequence_gets_the_whole_cap_at_batch_one():
 
 
 def test_a_failing_sequence_stops_and_is_probed_ever_less_often():
-    policy = SpecPolicy(max_k=8, uses_draft_model=True)
+    policy = SpecPolicy(uses_draft_model=True)
     _observe(policy, 0.001)
     policy.observe_draft(1, 0.010)
     for _ in range(10):
@@ -51,7 +51,7 @@ def test_a_failing_sequence_stops_and_is_probed_ever_less_often():
 
 
 def test_new_sequences_start_from_the_methods_recent_acceptance():
-    policy = SpecPolicy(max_k=8, uses_draft_model=True)
+    policy = SpecPolicy(uses_draft_model=True)
     _observe(policy, 0.001)
     policy.observe_draft(1, 0.010)
     for i in range(30):
@@ -60,7 +60,7 @@ def test_new_sequences_start_from_the_methods_recent_acceptance():
 
 
 def test_a_big_batch_stops_speculation_when_tokens_cost_real_time():
-    cheap, dear = SpecPolicy(8, False), SpecPolicy(8, False)
+    cheap, dear = SpecPolicy(False), SpecPolicy(False)
     _observe(cheap, 0.0005)
     _observe(dear, 0.010)  # compute-bound: each token costs a third of a step
     for policy in (cheap, dear):
@@ -73,7 +73,7 @@ def test_a_big_batch_stops_speculation_when_tokens_cost_real_time():
 
 
 def test_seeded_requests_get_k_from_their_acceptance_alone():
-    fast, slow = SpecPolicy(8, False), SpecPolicy(8, False)
+    fast, slow = SpecPolicy(False), SpecPolicy(False)
     _observe(fast, 0.0001)
     _observe(slow, 0.050)
     for policy in (fast, slow):

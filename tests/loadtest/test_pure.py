@@ -73,6 +73,7 @@ def test_request_body_and_url() -> None:
     assert endpoint.url == "http://h:1/v1/chat/completions"
     assert Endpoint.chat_url("http://h:1") == endpoint.url
     assert endpoint.headers() == {"Authorization": "Bearer k"}
+    assert Endpoint(endpoint.url, "m", cache_store=False).headers() == {"Cache-Control": "no-store"}
     body = endpoint.body(item)
     assert body["stream"] and body["stream_options"] == {"include_usage": True}
     assert body["ignore_eos"] is True and body["max_tokens"] == 16
