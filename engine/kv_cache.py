@@ -31,6 +31,13 @@ def chain_hash(parent: int | None, token_ids: tuple[int, ...]) -> int:
     return hash((parent, token_ids))
 
 
+def root_hash(seq: Sequence) -> int | None:
+    """The parent of a sequence's first block. A cache salt (vLLM's `cache_salt`; the
+    gateway salts by tenant) starts its own chain, so only requests with the same salt
+    share blocks: nobody can time another tenant's prompts through prefix hits."""
+    return None if seq.cache_salt is None else hash(("cache_salt", seq.cache_salt))
+
+
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool) -> None:
         self.block_size = block_size
@@ -55,8 +62,9 @@ class BlockManager:
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def find_cached_prefix(self, token_ids: Seq[int]) -> tuple[list[int], list[int]]:
-        """Cached blocks (ids and hashes) for the longest full-block prefix of token_ids.
+    def find_cached_prefix(self, seq: Sequence) -> tuple[list[int], list[int]]:
+        """Cached blocks (ids and hashes) for the longest full-block prefix of seq's
+        tokens, under its salt.
 
         Stops one token short of the end: the last token must be computed to
         produce the logits for the next one.
@@ -65,7 +73,8 @@ class BlockManager:
             return [], []
         ids: list[int] = []
         hashes: list[int] = []
-        parent = None
+        parent = root_hash(seq)
+        token_ids = seq.token_ids
         bs = self.block_size
         for i in range((len(token_ids) - 1) // bs):
             chunk = tuple(token_ids[i * bs : (i + 1) * bs])
@@ -144,7 +153,8 @@ class BlockManager:
         bs = self.block_size
         for i in range(len(seq.block_hashes), seq.num_computed_tokens // bs):
             chunk = tuple(seq.token_ids[i * bs : (i + 1) * bs])
-            block_hash = chain_hash(seq.block_hashes[-1] if seq.block_hashes else None, chunk)
+            parent = seq.block_hashes[-1] if seq.block_hashes else root_hash(seq)
+            block_hash = chain_hash(parent, chunk)
             seq.block_hashes.append(block_hash)
             block = self.blocks[seq.block_table[i]]
             block.block_hash, block.token_ids = block_hash, chunk

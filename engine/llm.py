@@ -86,11 +86,13 @@ class AsyncLLM:
         prompt: Prompt,
         params: SamplingParams | None = None,
         request_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Streams RequestOutputs (deltas) until finished; leaving early aborts the request."""
+        """Streams RequestOutputs (deltas) until finished; leaving early aborts the request.
+        Only requests with the same `cache_salt` share prefix-cache blocks."""
         if self._stopped:
             raise RuntimeError("engine is shut down")
-        seq = self.engine.make_sequence(prompt, params or SamplingParams(), request_id)
+        seq = self.engine.make_sequence(prompt, params or SamplingParams(), request_id, cache_salt)
         rid = seq.request_id
         if rid in self._streams:
             raise ValueError(f"request id {rid!r} is already running")

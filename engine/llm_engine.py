@@ -93,7 +93,11 @@ class LLMEngine:
             log.info("speculative decoding: %s", self.speculator.description)
 
     def make_sequence(
-        self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        request_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> Sequence:
         """Validates and tokenizes a request; raises ValueError with the reason."""
         if isinstance(prompt, str):
@@ -117,6 +121,7 @@ class LLMEngine:
             token_ids,
             params,
             IncrementalDetokenizer(self.tokenizer, params.stop),
+            cache_salt,
         )
 
     def add_sequence(self, seq: Sequence) -> None:
@@ -126,9 +131,13 @@ class LLMEngine:
         self.scheduler.add(seq)
 
     def add_request(
-        self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        request_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> str:
-        seq = self.make_sequence(prompt, params, request_id)
+        seq = self.make_sequence(prompt, params, request_id, cache_salt)
         self.add_sequence(seq)
         return seq.request_id
 

@@ -97,7 +97,7 @@ class Scheduler:
             self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not preempted
         ):
             seq = self.waiting[0]
-            cached_ids, cached_hashes = self.block_manager.find_cached_prefix(seq.token_ids)
+            cached_ids, cached_hashes = self.block_manager.find_cached_prefix(seq)
             num_cached = len(cached_ids) * self.block_manager.block_size
             remaining = seq.num_tokens - num_cached
             num_new = min(remaining, budget)

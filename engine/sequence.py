@@ -22,8 +22,10 @@ class Sequence:
         prompt_token_ids: list[int],
         params: SamplingParams,
         detokenizer: IncrementalDetokenizer,
+        cache_salt: str | None = None,
     ) -> None:
         self.request_id = request_id
+        self.cache_salt = cache_salt  # prefix-cache blocks are shared only under one salt
         self.token_ids = list(prompt_token_ids)  # prompt, then output
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params

@@ -9,6 +9,8 @@ carries finish_reason and usage; the route renders it as JSON or SSE.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 import uuid
 from collections.abc import AsyncGenerator
@@ -26,6 +28,7 @@ from cache import (
     SemanticCache,
 )
 from cache.store import CacheEntry, Candidate
+from gateway.auth import OPEN_TENANT
 from gateway.early_start import EarlyStart
 from gateway.errors import APIError
 from gateway.metrics import GatewayMetrics
@@ -147,7 +150,20 @@ def _servable(job: ChatJob, entry: CacheEntry) -> bool:
     return not any(s in entry.response for s in job.stop)
 
 
-def to_job(request: ChatCompletionRequest, request_id: str, models: list[str]) -> ChatJob:
+def prefix_cache_salt(tenant: str, client_salt: str | None) -> str | None:
+    """The engine's prefix-cache salt: tenants never share KV blocks (a prefix hit is
+    fast, so shared blocks would let one tenant time another's prompts), and a client's
+    own `cache_salt` narrows sharing within its tenant. Hashed: the tenant's name is not
+    sent to remote engines. None (share freely) for the open single-user gateway."""
+    if tenant == OPEN_TENANT and client_salt is None:
+        return None
+    key = json.dumps([tenant, client_salt])
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def to_job(
+    request: ChatCompletionRequest, request_id: str, models: list[str], tenant: str
+) -> ChatJob:
     if not models:
         raise APIError(503, "no model is ready yet", "service_unavailable")
     if request.model not in models:
@@ -183,6 +199,7 @@ def to_job(request: ChatCompletionRequest, request_id: str, models: list[str]) -
         stop=_stop(request.stop),
         seed=request.seed,
         ignore_eos=request.ignore_eos,
+        cache_salt=prefix_cache_salt(tenant, request.cache_salt),
     )
 
 
@@ -209,7 +226,7 @@ class ChatService:
     ) -> Answer:
         started = time.perf_counter()
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
-        job = to_job(request, answer_id, self.upstream.models())
+        job = to_job(request, answer_id, self.upstream.models(), tenant)
         cache_request = CacheRequest(
             model=job.model,
             messages=job.messages,
@@ -272,6 +289,12 @@ class ChatService:
     def pending_stores(self) -> int:
         """Answers still being written to the cache (they finish after their response)."""
         return len(self._stores)
+
+    async def drain_stores(self, timeout: float) -> None:
+        """Waits (up to `timeout` seconds) for answers still being stored: at shutdown,
+        before Redis is closed under them."""
+        if self._stores:
+            await asyncio.wait(set(self._stores), timeout=timeout)
 
     def _replay(self, answer_id: str, job: ChatJob, hit: Candidate, started: float) -> Answer:
         entry = hit.entry

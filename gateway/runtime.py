@@ -25,6 +25,7 @@ from gateway.upstream import HttpUpstream, InProcessEngine, Upstream
 log = logging.getLogger("semgate.gateway")
 
 CACHE_RETRY_SECONDS = (1, 2, 5, 10, 30)
+STORE_DRAIN_SECONDS = 5.0  # at shutdown, for answers still being written to the cache
 
 
 def build_upstream(settings: Settings) -> Upstream:
@@ -165,6 +166,9 @@ class Runtime:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
+        # Answers already on their way into the cache are kept; new requests (if any
+        # still arrive) no longer use it.
+        await self.chat.drain_stores(timeout=STORE_DRAIN_SECONDS)
         self.chat.cache = None
         await self._stack.aclose()
         await self.upstream.close()

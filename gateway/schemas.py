@@ -39,6 +39,7 @@ class ChatCompletionRequest(msgspec.Struct):
     n: int | None = None
     user: str | None = None
     ignore_eos: bool = False  # vLLM's extension: generate max_tokens tokens, EOS or not
+    cache_salt: str | None = None  # vLLM's extension: share prefix-cache blocks only within it
     # Accepted so that requests naming them get a clear refusal (or are honoured when
     # they ask for nothing the engine lacks), rather than being silently ignored.
     logprobs: bool | None = None

@@ -25,6 +25,7 @@ class ChatJob:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks, tests)
+    cache_salt: str | None = None  # vLLM's extension: prefix-cache blocks shared only within
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,8 @@ def _request_body(job: ChatJob) -> dict[str, Any]:
         body["seed"] = job.seed
     if job.ignore_eos:
         body["ignore_eos"] = True
+    if job.cache_salt is not None:
+        body["cache_salt"] = job.cache_salt
     return body
 
 

@@ -104,7 +104,9 @@ class InProcessEngine:
             # aclosing: leaving early aborts the engine request now, not when the
             # generator happens to be garbage-collected.
             async with contextlib.aclosing(
-                self.llm.generate(prompt, params, request_id=job.request_id)
+                self.llm.generate(
+                    prompt, params, request_id=job.request_id, cache_salt=job.cache_salt
+                )
             ) as outputs:
                 async for out in outputs:
                     if out.delta_text:

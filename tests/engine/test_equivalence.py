@@ -73,3 +73,21 @@ def test_preemption_by_recompute_keeps_outputs(make_llm, alone):
     assert llm.engine.scheduler.num_preemptions > 0
     assert [o.token_ids for o in outputs] == alone[:16]
     assert llm.engine.block_manager.num_free_blocks == 24
+
+
+def test_cache_salt_shares_blocks_only_within_a_salt(make_llm):
+    engine = make_llm(enable_prefix_caching=True, seed=3).engine
+
+    def cached_tokens(salt: str | None) -> int:
+        rid = engine.add_request(PROMPTS[-1], GREEDY_64, cache_salt=salt)
+        while engine.has_unfinished():
+            for out in engine.step():
+                if out.request_id == rid and out.finished:
+                    finished = out
+        return finished.num_cached_tokens
+
+    assert cached_tokens("tenant-a") == 0
+    assert cached_tokens("tenant-b") == 0  # the same prompt under another salt
+    assert cached_tokens(None) == 0  # unsalted requests share only with each other
+    assert cached_tokens("tenant-a") >= 16
+    assert cached_tokens(None) >= 16

@@ -7,12 +7,13 @@ import asyncio
 import json
 import threading
 import time
+import uuid
 
 import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import ALICE, chat_body, messages, settle
+from tests.gateway.conftest import ALICE, BOB, chat_body, messages, settle
 from tests.gateway.servers import MODEL, Server, metric
 
 pytestmark = pytest.mark.usefixtures("fresh")
@@ -120,6 +121,29 @@ def test_tenants_never_share_answers(alice: openai.OpenAI, bob: openai.OpenAI):
     assert h["x-cache-status"] == "Miss"
     _, h = ask(bob, "At sea level, what temperature does water boil at?")
     assert h["x-cache-status"] == "Hit"  # bob's own entry
+
+
+def test_tenants_never_share_prefix_cache_blocks(gateway: Server, http: httpx.Client):
+    """A prefix hit is fast, so shared KV blocks would let one tenant time another's
+    prompts: the engine's prefix cache is salted by tenant."""
+    system = f"{uuid.uuid4()} You answer questions about the attached report. " * 8
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}],
+        "max_tokens": 1,
+        "temperature": 0,
+    }
+    no_store = {"Cache-Control": "no-store"}
+
+    def prefix_hits_after(key: str) -> float:
+        before = metric(gateway, "semgate_prefix_cache_hits_total")
+        headers = {**no_store, "Authorization": f"Bearer {key}"}
+        http.post("/v1/chat/completions", json=body, headers=headers).raise_for_status()
+        return metric(gateway, "semgate_prefix_cache_hits_total") - before
+
+    assert prefix_hits_after(ALICE) == 0
+    assert prefix_hits_after(BOB) == 0  # the same prompt, another tenant
+    assert prefix_hits_after(ALICE) >= 48  # alice's own blocks (three of 16 at least)
 
 
 def test_cache_control_directives(http: httpx.Client, admin: httpx.Client):

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import re
 import signal
+import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -146,6 +147,26 @@ def test_a_model_whose_servers_are_down_is_503_not_unknown(servers):
             assert info.value.code == "upstream_unavailable"
 
     asyncio.run(main())
+
+
+def test_cache_salt_reaches_the_engine_server(servers):
+    """The salt travels in the body (vLLM's `cache_salt`): the same long prompt under
+    another salt finds none of the first one's prefix blocks."""
+    server = servers[0]
+    question = f"{uuid.uuid4()} Summarise the attached quarterly report for me. " * 6
+
+    async def prefix_hits_after(salt: str) -> float:
+        before = metric(server, "semgate_prefix_cache_hits_total")
+        async with pool([server.url]) as upstream:
+            await collect(upstream, job(upstream, question, max_tokens=1, cache_salt=salt))
+        return metric(server, "semgate_prefix_cache_hits_total") - before
+
+    async def main() -> list[float]:
+        return [await prefix_hits_after(salt) for salt in ("a", "b", "a")]
+
+    first, other_salt, same_salt = asyncio.run(main())
+    assert first == other_salt == 0
+    assert same_salt >= 48  # three blocks of 16 at least
 
 
 def test_too_long_prompt_passes_the_400_through(servers):
