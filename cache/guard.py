@@ -3,10 +3,12 @@
 Sentence embeddings score "Convert 100 °F to Celsius" vs "Convert 100 °C to
 Fahrenheit" at 0.99, above most true paraphrases. The guard compares the two
 questions on the features that change an answer while barely moving the vector:
-numbers, units, negation, opposite words, direction (A to B vs B to A), named
-entities, contrasting alternatives, the kind of question, a word or short phrase
-exchanged in the same frame (operators such as == and === included) and one word
-added inside a shared phrase ("president" vs "vice president"). Each rule is a few
+numbers, units, negation, opposite words, before/during/after a time, direction (A
+to B vs B to A), two names trading roles, named entities (acronyms match what they
+spell), contrasting alternatives and an audience on one side only ("in children"),
+the kind of question, a word or short phrase exchanged in the same frame (operators
+such as == and === included) and one word added inside a shared phrase ("president"
+vs "vice president"). Each rule is a few
 set operations over pre-extracted features, cached per text (extracting a new
 question's takes ~0.5 ms once; a check then costs tens of microseconds), and a
 rejection names its rule so the dry run can explain it.
@@ -39,9 +41,11 @@ _TOKEN = re.compile(
     r"|[=!<>]==?|&&|\|\||[-=]>|[+\-*/%]=|\+\+|--(?!\w)"  # operators: === vs ==, != ...
     r"|\d+(?:[.,]\d+)*(?:st|nd|rd|th|k)?(?![^\W_])"  # numbers, ordinals, 300k
     r"|[^\W\d_]+(?:[.'\u2019+#-][^\W\d_0-9]+)*[+#]*"  # words: node.js, c++, c#, don't, e-mail
-    r"|[^\W_]+",  # alphanumerics: python3, gpt4, 5g
+    r"|[^\W_]+"  # alphanumerics: python3, gpt4, 5g
+    r"|[-+*/^]",  # arithmetic, kept only between numbers or variables (see _tokens)
     re.UNICODE | re.IGNORECASE,
 )
+_ARITHMETIC = frozenset("-+*/^")
 _NUMERIC = re.compile(r"^\d+(?:[.,]\d+)*(?:st|nd|rd|th|k)?$")
 _NUMBER_WITH_UNIT = re.compile(r"^(\d+(?:\.\d+)?)([a-z]+)$")
 
@@ -51,15 +55,18 @@ class Features:
     words: tuple[str, ...]  # lower-cased tokens in order
     stems: frozenset[str]
     numbers: tuple[float, ...]  # in order of appearance
+    measures: tuple[tuple[float, str | None], ...]  # each number with its unit, if any
     units: tuple[str, ...]  # canonical units in order of appearance
     quantified_units: frozenset[str]  # units attached to a number
     content: tuple[str, ...]  # stems of the non-stopwords, in order
+    content_at: tuple[int, ...]  # where each content word sits in `words`
     negations: int
     entities: frozenset[str]  # canonical entity names
     roles: dict[str, str]  # anchor -> "src" | "dst" for directed phrases
     qtype: str
     noncommutative: bool
     particles: frozenset[tuple[str, str]]  # (verb stem, particle): ("turn", "on")
+    timing: frozenset[str]  # "before" | "during" | "after" a stated time ("in the first 48 hours")
 
 
 def stem(word: str) -> str:
@@ -104,33 +111,58 @@ def _tokens(text: str) -> list[tuple[str, str]]:
         original = match.group()
         lower = original.lower().replace(" ", "")
         glued = _NUMBER_WITH_UNIT.match(lower)  # "100g" -> "100", "g"; "2fa" stays a name
+        parts = lower.split("-")
         if glued and (glued[2] in lexicon.UNITS or glued[2] in lexicon.LETTER_UNITS):
             tokens += [(glued[1], glued[1]), (glued[2], glued[2])]
+        elif len(parts) > 1 and any(part in lexicon.UNITS for part in parts):
+            tokens += [(part, part) for part in parts if part]  # "10-week-old": week, old
         else:
             tokens.append((original, lower))
-    return tokens
+    return [t for i, t in enumerate(tokens) if t[1] not in _ARITHMETIC or _operands(tokens, i)]
 
 
-def _numbers(words: list[str]) -> list[float]:
-    values: list[float] = []
+def _operands(tokens: list[tuple[str, str]], i: int) -> bool:
+    """Whether the tokens either side of tokens[i] are numbers or variables ("3x + 7",
+    "2 ^ 10"): then it is arithmetic, else a dash ("5 cm - how do I ...")."""
+
+    def math_like(token: str) -> bool:
+        return any(c.isdigit() for c in token) or (len(token) == 1 and token.isalpha())
+
+    return 0 < i < len(tokens) - 1 and math_like(tokens[i - 1][1]) and math_like(tokens[i + 1][1])
+
+
+def _numbers(words: list[str]) -> list[tuple[float, str | None]]:
+    """Each number in order, with the unit that follows it ("30 years", "6 %"), if any.
+    Currencies count as no unit: a sign is often left out ("$300k" vs "300k")."""
+    values: list[tuple[float, str | None]] = []
     previous_tens = previous_number = False
-    for word in words:
+    for i, word in enumerate(words):
         value = 1.0 if word == "k" else _number_value(word)
+        if word in lexicon.ORDINAL_UNIT_WORDS and i and words[i - 1] in lexicon.PER_WORDS:
+            value = None  # "per second" is a unit, not the ordinal
         if value is None:
             previous_tens = previous_number = False
             continue
+        following = words[i + 1 : i + 3]
+        units = [lexicon.UNITS[w] for w in following if w in lexicon.UNITS]
+        if following and not units and following[0] in lexicon.LETTER_UNITS:
+            units = [lexicon.LETTER_UNITS[following[0]]]
+        unit = units[0] if units and units[0] not in lexicon.CURRENCY_UNITS else None
+        # "15% of 80" is an operation on its numbers, not a rate like "at 6% for 30 years".
+        if unit == "percent" and "of" in words[i + 2 : i + 4]:
+            unit = None
         if word == "k" and previous_number and values:
-            values[-1] *= 1000  # "300k", "401(k)"
+            values[-1] = (values[-1][0] * 1000, unit)  # "300k", "401(k)"
         elif word in lexicon.MULTIPLIER_WORDS and values:
-            values[-1] *= value  # "two hundred", "5 million"
+            values[-1] = (values[-1][0] * value, unit)  # "two hundred", "5 million"
         elif previous_tens and value < 10:
-            values[-1] += value  # "twenty five"
+            values[-1] = (values[-1][0] + value, unit)  # "twenty five"
         else:
-            values.append(value)
+            values.append((value, unit))
         previous_tens = word in lexicon.TENS_WORDS
         previous_number = True
     # One is the unit quantity: "1 lb" and "a pound" ask the same thing.
-    return [v for v in values if v != 1.0]
+    return [(v, u) for v, u in values if v != 1.0]
 
 
 def _units(words: list[str]) -> tuple[list[str], set[str]]:
@@ -140,8 +172,11 @@ def _units(words: list[str]) -> tuple[list[str], set[str]]:
     numeric = [_number_value(w) is not None for w in words] + [False]
     for i, word in enumerate(words):
         after_number = i > 0 and numeric[i - 1]
-        # "100 us dollars": one word may sit between a number and its unit.
-        near_number = after_number or (i > 1 and numeric[i - 2])
+        # "100 us dollars": one word may sit between a number and its unit, though not
+        # another unit ("20k miles annually" measures miles).
+        near_number = after_number or (
+            i > 1 and numeric[i - 2] and words[i - 1] not in lexicon.UNITS
+        )
         unit = lexicon.UNITS.get(word)
         # Bare letters (c, f, m, g, l, h, s) are units only right after a number.
         if unit is None and word in lexicon.LETTER_UNITS and after_number:
@@ -155,10 +190,31 @@ def _units(words: list[str]) -> tuple[list[str], set[str]]:
 
 def _negations(words: list[str]) -> int:
     count = 0
-    for word in words:
-        if word in lexicon.NEGATIONS or word.endswith("n't"):
+    for i, word in enumerate(words):
+        # "without losing the changes" asks to keep them: two negatives, no negation.
+        if (word in lexicon.NEGATIONS or word.endswith("n't")) and not _without_loss(words, i):
             count += 1
     return count
+
+
+def _timing(words: list[str]) -> set[str]:
+    """Whether a question asks before, during or after a stated time: a temporal
+    preposition shortly before a number, an ordinal or a time unit ("in the first 48
+    hours" vs "after the first 48 hours", "within 30 days" vs "after 30 days")."""
+    found: set[str] = set()
+    for i, word in enumerate(words):
+        relation = lexicon.TEMPORAL_PREPOSITIONS.get(word)
+        ahead = words[i + 1 : i + 4]
+        if relation is None or (word == "in" and ahead and _number_value(ahead[0]) is not None):
+            continue
+        if any(
+            lexicon.UNITS.get(w) in lexicon.TIME_UNIT_NAMES
+            or _number_value(w) is not None
+            or w in lexicon.TIME_ORDINALS
+            for w in ahead
+        ):
+            found.add(relation)
+    return found
 
 
 def _entities(tokens: list[tuple[str, str]], words: list[str]) -> set[str]:
@@ -166,6 +222,7 @@ def _entities(tokens: list[tuple[str, str]], words: list[str]) -> set[str]:
     sentence, acronyms, letter+digit names, and a gazetteer for names users type in
     lower case (countries, cities, languages, products). Aliases map to one name."""
     found: set[str] = set()
+    words = [w.replace("-", "") for w in words]  # "Wi-Fi" is "wifi", "GPT-4" is "gpt4"
     for n in (3, 2):  # multi-word names first: "new york", "south korea"
         for i in range(len(words) - n + 1):
             phrase = " ".join(words[i : i + n])
@@ -203,7 +260,8 @@ def _roles(words: list[str]) -> dict[str, str]:
         i, seen = start, 0
         while 0 <= i < len(words) and seen < 4:
             word = words[i]
-            if word in lexicon.CLAUSE_BREAKS:
+            # "from you to another carrier": the anchor of "from" is not past the "to".
+            if word in lexicon.CLAUSE_BREAKS or word in lexicon.DIRECTION_WORDS:
                 return None
             comparative = skip_comparatives and (
                 word in lexicon.COMPARATIVE_WORDS or (word.endswith("er") and len(word) > 4)
@@ -269,9 +327,36 @@ def _group_pairs(groups: list[set[str]]) -> list[tuple[str, str]]:
 ANTONYMS = _stem_map(lexicon.ANTONYM_PAIRS)
 SYNONYMS = _stem_map(_group_pairs(lexicon.SYNONYM_GROUPS))
 CONTRASTS = _stem_map(_group_pairs(lexicon.CONTRAST_GROUPS))
+AUDIENCES = [frozenset(stem(w) for w in group) for group in lexicon.AUDIENCE_GROUPS]
+LOSS_STEMS = frozenset(stem(w) for w in lexicon.LOSS_VERBS)
 # Longest phrase the substitution rule treats as exchanged inside a shared frame: more
 # differing words than this is a reworded question rather than one slot refilled.
 MAX_EXCHANGED = 3
+
+
+def _content_word(word: str) -> str:
+    """A content word as rules compare it: its stem, or a number's value ("2nd",
+    "second" and "2" are one word)."""
+    value = _number_value(word)
+    return f"{value:g}" if value is not None else stem(word)
+
+
+def _without_loss(words: list[str], i: int) -> bool:
+    """Whether words[i] is "without" before a loss verb ("without losing the changes")."""
+    return words[i] == "without" and i + 1 < len(words) and stem(words[i + 1]) in LOSS_STEMS
+
+
+def _content(words: list[str]) -> tuple[list[int], list[str]]:
+    """Where the content words sit, and each as rules compare it. "without losing" is
+    "keep", so it compares equal to the question that says so."""
+    at: list[int] = []
+    content: list[str] = []
+    for i, word in enumerate(words):
+        if word in lexicon.STOPWORDS or _without_loss(words, i):
+            continue
+        at.append(i)
+        content.append("keep" if i and _without_loss(words, i - 1) else _content_word(word))
+    return at, content
 
 
 @lru_cache(maxsize=8192)
@@ -279,13 +364,17 @@ def features(text: str) -> Features:
     tokens = _tokens(text)
     words = [_strip_possessive(lower) for _, lower in tokens]
     units, quantified = _units(words)
+    numbers = _numbers(words)
+    content_at, content = _content(words)
     return Features(
         words=tuple(words),
         stems=frozenset(stem(w) for w in words),
-        numbers=tuple(_numbers(words)),
+        numbers=tuple(v for v, _ in numbers),
+        measures=tuple(numbers),
         units=tuple(units),
         quantified_units=frozenset(quantified),
-        content=tuple(stem(w) for w in words if w not in lexicon.STOPWORDS),
+        content=tuple(content),
+        content_at=tuple(content_at),
         negations=_negations(words),
         entities=frozenset(_entities(tokens, words)),
         roles=_roles(words),
@@ -296,6 +385,7 @@ def features(text: str) -> Features:
             for v, p in itertools.pairwise(words)
             if p in lexicon.OPPOSITE_PARTICLES and v not in lexicon.STOPWORDS
         ),
+        timing=frozenset(_timing(words)),
     )
 
 
@@ -312,26 +402,104 @@ def _mentions(f: Features, entity: str) -> bool:
     return all(part in f.words or stem(part) in f.stems for part in entity.split())
 
 
+def _initials_match(acronym: str, words: tuple[str, ...], start: int) -> list[str]:
+    """The words from `start` whose initials spell `acronym` ("of", "and", "the" may sit
+    between them; "i" counts as the numeral in "World War I"), or [] if they do not."""
+    run: list[str] = []
+    for word in words[start:]:
+        if len(run) == len(acronym):
+            break
+        if run and word in lexicon.ACRONYM_SKIPPED:
+            continue
+        if (word in lexicon.STOPWORDS and word != "i") or word[0] != acronym[len(run)]:
+            return []
+        run.append(word)
+    return run if len(run) == len(acronym) else []
+
+
+def _spelled_out(
+    acronyms: set[str], names: set[str], words: tuple[str, ...]
+) -> tuple[set[str], set[str]]:
+    """Drops each acronym that the other question spells out ("WWI" vs "World War I",
+    "NYC" vs "New York City"), and the names in the words that spell it."""
+    acronyms, names = set(acronyms), set(names)
+    for acronym in sorted(acronyms):
+        if not (2 <= len(acronym) <= 6 and acronym.isalpha()):
+            continue
+        for start in range(len(words)):
+            run = _initials_match(acronym, words, start)
+            if run:
+                acronyms.discard(acronym)
+                names -= set(run)
+                break
+    return acronyms, names
+
+
+def _alike(x: str, y: str) -> bool:
+    """One word up to inflection (annual/annually), or two synonyms (kid/child)."""
+    return _same_word(x, y) or y in SYNONYMS.get(x, ())
+
+
 def _exchange_verdict(
     a: Features, b: Features, related: dict[str, set[str]], rule: str
 ) -> Verdict | None:
     """Rejects when a word only in `a` has its related word (antonym, alternative) only
-    in `b`."""
+    in `b`, unless the two are one word or name the same thing ("kid" and "child")."""
     for x in a.stems - b.stems:
         for y in related.get(x, ()):
-            if y in b.stems and y not in a.stems:
+            if y in b.stems and y not in a.stems and not _alike(x, y):
                 return Verdict(False, rule, f"{x!r} vs {y!r}")
     return None
 
 
-def _swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-    """Two non-adjacent content words trade places and everything else stays put. Moving a
-    phrase ("the world's longest river" vs "the longest river in the world") or turning a
-    compound around ("refund policy" vs "policy on refunds") is not a swap."""
-    if len(a) != len(b) or sorted(a) != sorted(b):
+def _units_name_each_number(a: Features, b: Features) -> bool:
+    """Reordering numbers says the same thing when each one is told apart by its unit
+    ("$300,000 at 6% for 30 years" vs "a 30-year $300k loan at 6%"); numbers without
+    one, or two of a unit, keep their order ("10 minus 4", "from 5 to 10 minutes")."""
+    if sorted(a.measures, key=str) != sorted(b.measures, key=str):
         return False
-    diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
-    return len(diff) == 2 and diff[1] - diff[0] >= 2
+    names = [unit for _, unit in a.measures]
+    return len(set(names)) == len(names)  # at most one number without a unit
+
+
+def _swapped(a: Features, b: Features) -> bool:
+    """Two names or phrases trade places and everything else stays put ("did Thomas
+    Jefferson succeed John Adams" vs "did John Adams succeed Thomas Jefferson", "is a
+    square a rectangle" vs "is a rectangle a square"). Moving a phrase ("the world's
+    longest river" vs "the longest river in the world"), turning a compound around
+    ("refund policy" vs "policy on refunds", "the equation for the combustion of methane"
+    vs "the methane combustion equation") or the two sides of a symmetric operator
+    ("17 times 23", "Venus or Serena") is not a swap."""
+    if len(a.content) != len(b.content) or sorted(a.content) != sorted(b.content):
+        return False
+    p, s = _frame(a.content, b.content)
+    mid_a, mid_b = a.content[p : len(a.content) - s], b.content[p : len(b.content) - s]
+    n = len(mid_a)
+    for i, j in itertools.combinations(range(1, n + 1), 2):
+        first, middle, last = mid_a[:i], mid_a[i : j - 1], mid_a[j - 1 :]
+        if max(len(first), len(last)) > MAX_EXCHANGED or mid_b != last + middle + first:
+            continue
+        # The words linking the two phrases, in each question.
+        link_a = a.words[a.content_at[p + i - 1] + 1 : a.content_at[p + j - 1]]
+        after_last = p + len(last)
+        link_b = b.words[b.content_at[after_last - 1] + 1 : b.content_at[after_last + len(middle)]]
+        return _role_swap(link_a, link_b, adjacent=not middle)
+    return False
+
+
+def _role_swap(link_a: tuple[str, ...], link_b: tuple[str, ...], adjacent: bool) -> bool:
+    """Whether two phrases that trade places, joined by these words, swap roles."""
+    joining = [w for w in link_a + link_b if w not in lexicon.ARTICLES]
+    if joining and all(w in lexicon.SYMMETRIC for w in joining):
+        return False  # "17 times 23", "cats and dogs", "Venus or Serena"
+    if adjacent:
+        # Neighbours trade roles only in the same frame ("the buyer has if the seller"
+        # vs "the seller has if the buyer"); otherwise the question was turned around
+        # ("refund policy" vs "policy on refunds", "feet in a mile" vs "a mile is how
+        # many feet").
+        return bool(link_a) and link_a == link_b
+    # English turns "X of Y" into "Y X": a genitive on one side only is that inversion.
+    return bool(lexicon.GENITIVE_WORDS & set(link_a)) == bool(lexicon.GENITIVE_WORDS & set(link_b))
 
 
 def _frame(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[int, int]:
@@ -351,7 +519,13 @@ def _same_word(x: str, y: str) -> bool:
     """One word up to inflection, hyphens or abbreviation (spider/spiders, e-mail/email,
     env/environment); operators and numbers are never "the same" as another."""
     x, y = x.replace("-", ""), y.replace("-", "")
-    return x.isalpha() and y.isalpha() and (x.startswith(y) or y.startswith(x))
+    if not (x.isalpha() and y.isalpha()):
+        return False
+    # A shared stem of six letters or more, most of the shorter word: pythagorean and
+    # pythagoras, difference and different (transfer and transform share too little).
+    shorter = min(len(x), len(y))
+    shared = next((i for i in range(shorter) if x[i] != y[i]), shorter)
+    return shared == shorter or (shared >= 6 and shared >= 0.8 * shorter)
 
 
 def _comparable_units(a: set[str], b: set[str]) -> tuple[set[str], set[str]]:
@@ -427,6 +601,8 @@ class Guard:
         opposed = _exchange_verdict(a, b, ANTONYMS, "polarity")
         if opposed is not None:
             return opposed
+        if a.timing and b.timing and not a.timing & b.timing:
+            return Verdict(False, "polarity", f"{_fmt(a.timing)} vs {_fmt(b.timing)} a time")
         for verb, particle in a.particles - b.particles:
             opposite = (verb, lexicon.OPPOSITE_PARTICLES[particle])
             if opposite in b.particles and opposite not in a.particles:
@@ -445,8 +621,13 @@ class Guard:
         mid_a, mid_b = a.content[p : len(a.content) - s], b.content[p : len(b.content) - s]
         if not mid_a or not mid_b or max(len(mid_a), len(mid_b)) > MAX_EXCHANGED:
             return None
-        # One word for one keeps any shared frame; a phrase needs at least two shared words.
-        if p + s < (1 if len(mid_a) == len(mid_b) == 1 else 2) or set(mid_a) == set(mid_b):
+        # A short exchange (up to two words a side) keeps any shared frame; a longer one
+        # needs at least two shared words.
+        if p + s < (1 if max(len(mid_a), len(mid_b)) <= 2 else 2) or set(mid_a) == set(mid_b):
+            return None
+        # Two words where the other has one, sharing none: "capital" vs "largest city". If
+        # a word is kept ("ship" vs "order delivered"), the other is rewording around it.
+        if p + s == 1 and any(x == y or _alike(x, y) for x in mid_a for y in mid_b):
             return None
         # A word and its own inflection or spelling (spider/spiders, medium-sized/medium
         # size, e-mail/email) are one word; operators are not (== vs ===).
@@ -455,7 +636,12 @@ class Guard:
         # Word for word synonyms or abbreviations ("early symptoms" vs "first signs",
         # "environment variables" vs "env vars") reword the same phrase.
         if len(mid_a) == len(mid_b) and all(
-            _same_word(x, y) or y in SYNONYMS.get(x, ()) for x, y in zip(mid_a, mid_b, strict=True)
+            _alike(x, y) for x, y in zip(mid_a, mid_b, strict=True)
+        ):
+            return None
+        # The same words reordered, up to synonyms ("light flashing" vs "blinking light").
+        if all(any(_alike(x, y) for y in mid_b) for x in mid_a) and all(
+            any(_alike(y, x) for x in mid_a) for y in mid_b
         ):
             return None
         return Verdict(False, "substitution", f"{' '.join(mid_a)!r} vs {' '.join(mid_b)!r}")
@@ -472,7 +658,7 @@ class Guard:
         )
         p, s = _frame(short, long)
         # Exactly one word added, inside: after one shared word and before another.
-        if len(long) != len(short) + 1 or p + s != len(short) or not p or not s:
+        if len(long) != len(short) + 1 or p + s != len(short) or not s:
             return None
         added, following = long[p], long[p + 1]
         # Only a modifier if it directly precedes the next shared word.
@@ -484,18 +670,32 @@ class Guard:
 
     @staticmethod
     def _contrast(a: Features, b: Features) -> Verdict | None:
-        return _exchange_verdict(a, b, CONTRASTS, "contrast")
+        """A different member of a set of alternatives, or an audience on one side only."""
+        exchanged = _exchange_verdict(a, b, CONTRASTS, "contrast")
+        if exchanged is not None:
+            return exchanged
+        for group in AUDIENCES:
+            named_a, named_b = sorted(a.stems & group), sorted(b.stems & group)
+            if bool(named_a) != bool(named_b):
+                return Verdict(
+                    False, "contrast", f"for {(named_a or named_b)[0]!r} on one side only"
+                )
+        return None
 
     @staticmethod
     def _order(a: Features, b: Features) -> Verdict | None:
         """The same words in another order ("can dogs eat cat food" vs "can cats eat dog
         food"), a directed phrase reversed ("from English to French" vs the reverse), or
         the same numbers in another order where order matters ("10 minus 4")."""
-        if a.numbers != b.numbers and (a.noncommutative or b.noncommutative):
+        if (
+            a.numbers != b.numbers
+            and (a.noncommutative or b.noncommutative)
+            and not _units_name_each_number(a, b)
+        ):
             numbers = f"{_fmt(a.numbers)} vs {_fmt(b.numbers)}"
             return Verdict(False, "order", f"numbers in another order: {numbers}")
-        if _swapped(a.content, b.content):
-            return Verdict(False, "order", "two words trade places")
+        if _swapped(a, b):
+            return Verdict(False, "order", "two names or phrases trade places")
         for anchor, role in a.roles.items():
             other = b.roles.get(anchor)
             if other is not None and other != role:
@@ -508,8 +708,10 @@ class Guard:
     def _entities(a: Features, b: Features) -> Verdict | None:
         """A name swapped for another ("install numpy on windows" vs "on macos"). A name on
         one side only is usually added context ("what is sudo" vs "sudo in linux")."""
-        only_a = sorted(e for e in a.entities if not _mentions(b, e))
-        only_b = sorted(e for e in b.entities if not _mentions(a, e))
+        only_a = {e for e in a.entities if not _mentions(b, e)}
+        only_b = {e for e in b.entities if not _mentions(a, e)}
+        only_a, only_b = _spelled_out(only_a, only_b, b.words)
+        only_b, only_a = _spelled_out(only_b, only_a, a.words)
         if only_a and only_b:
             return Verdict(False, "entities", f"{_fmt(only_a)} vs {_fmt(only_b)}")
         return None

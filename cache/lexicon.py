@@ -50,9 +50,12 @@ _UNIT_GROUPS: dict[str, list[str]] = {
     "pint": ["pint", "pints"], "cup": ["cup", "cups"],
     "tablespoon": ["tablespoon", "tablespoons", "tbsp"],
     "teaspoon": ["teaspoon", "teaspoons", "tsp"], "second": ["sec", "secs", "seconds"],
-    "minute": ["min", "mins", "minute", "minutes"], "hour": ["hour", "hours", "hr", "hrs"],
-    "day": ["day", "days"], "week": ["week", "weeks"], "month": ["month", "months"],
-    "year": ["year", "years", "yr", "yrs"], "mph": ["mph"], "kph": ["kph", "kmh", "km/h"],
+    "minute": ["min", "mins", "minute", "minutes"],
+    "hour": ["hour", "hours", "hr", "hrs", "hourly"],
+    "day": ["day", "days", "daily"], "week": ["week", "weeks", "weekly"],
+    "month": ["month", "months", "monthly"],
+    "year": ["year", "years", "yr", "yrs", "yearly", "annual", "annually"], "mph": ["mph"],
+    "kph": ["kph", "kmh", "km/h"],
     "byte": ["byte", "bytes"], "kb": ["kb", "kilobyte", "kilobytes"],
     "mb": ["mb", "megabyte", "megabytes"], "gb": ["gb", "gigabyte", "gigabytes"],
     "tb": ["tb", "terabyte", "terabytes"], "megabit": ["mbps", "megabit", "megabits", "mbit"],
@@ -81,12 +84,34 @@ LETTER_UNITS = {
     "s": "second",
 }
 
+TIME_UNIT_NAMES = frozenset({"second", "minute", "hour", "day", "week", "month", "year"})
+# "second" after these is the unit ("per second"), not the ordinal.
+ORDINAL_UNIT_WORDS = frozenset({"second"})
+PER_WORDS = frozenset({"per", "a", "an", "each", "every", "one"})
+# A preposition shortly before a time ("in the first 48 hours", "after 30 days") says
+# whether the question asks before, during or after it. "in" directly before a number
+# ("in 10 years") means "after", as often as "during": only "in the ..." counts.
+TEMPORAL_PREPOSITIONS = {
+    "in": "during", "within": "during", "during": "during", "inside": "during",
+    "after": "after", "past": "after", "beyond": "after", "later": "after",
+    "before": "before", "until": "before", "till": "before", "prior": "before",
+}
+TIME_ORDINALS = frozenset({"first", "last", "next", "initial", "final"})
+
 NEGATIONS = frozenset(
     {
         "not", "no", "never", "none", "nobody", "nothing", "nowhere", "neither", "nor",
         "without", "cannot", "cant", "dont", "doesnt", "didnt", "isnt", "arent", "wasnt",
         "werent", "wont", "wouldnt", "shouldnt", "couldnt", "havent", "hasnt", "hadnt",
         "unable", "fail", "fails", "failed", "failing",
+    }
+)
+# "without losing the changes" asks to keep them: a negation that cancels out.
+LOSS_VERBS = frozenset(
+    {
+        "lose", "losing", "delete", "deleting", "break", "breaking", "damage", "damaging",
+        "erase", "erasing", "wipe", "wiping", "ruin", "ruining", "hurt", "hurting",
+        "remove", "removing", "overwrite", "overwriting",
     }
 )
 
@@ -145,20 +170,38 @@ ANTONYM_PAIRS: list[tuple[str, str]] = [
     ("minimum", "max"), ("min", "maximum"), ("entry", "exit"), ("sunrise", "sunset"),
     ("asleep", "awake"), ("sleep", "wake"), ("bull", "bear"), ("bullish", "bearish"),
     ("offense", "defense"), ("attack", "defend"), ("winner", "loser"), ("wins", "losses"),
-    ("cause", "cure"), ("import", "export"),
+    ("cause", "cure"), ("indoors", "outdoors"), ("indoor", "outdoor"),
+    ("permanent", "temporary"), ("permanently", "temporarily"), ("same", "different"),
+    ("similar", "different"), ("possible", "impossible"), ("likely", "unlikely"),
+    ("necessary", "unnecessary"), ("required", "optional"), ("mandatory", "optional"),
+    ("free", "paid"), ("online", "offline"), ("wired", "wireless"), ("open", "closed"),
+    ("alive", "dead"), ("inclusive", "exclusive"), ("often", "rarely"),
+    ("earlier", "later"), ("sooner", "later"), ("overcook", "undercook"),
+    ("overwatering", "underwatering"), ("compile", "decompile"), ("legal", "unlawful"),
+    ("refundable", "nonrefundable"), ("asleep", "wake"), ("taxable", "tax-free"), ("rise", "fall"),
+]
+
+# Who a question is for. The answer depends on it, so naming one on one side only asks a
+# narrower question ("side effects of the flu shot in children" vs "... of the flu shot").
+# Adults are left out: a question that names no one is usually about adults.
+AUDIENCE_GROUPS: list[set[str]] = [
+    {"beginner", "beginners", "novice", "novices", "intermediate", "expert", "experts"},
+    {
+        "baby", "babies", "infant", "infants", "toddler", "toddlers", "child", "children",
+        "kid", "kids", "teen", "teens", "teenager", "teenagers", "adolescent", "adolescents",
+        "senior", "seniors", "elderly", "puppy", "puppies", "kitten", "kittens",
+    },
 ]
 
 # Sets of alternatives: naming a different member asks a different question.
 CONTRAST_GROUPS: list[set[str]] = [
-    {"spring", "summer", "autumn", "fall", "winter"},
+    {"spring", "summer", "autumn", "winter"},
     {"morning", "afternoon", "evening", "night", "midnight", "noon"},
     {"breakfast", "lunch", "dinner", "brunch"},
-    {"beginner", "beginners", "novice", "intermediate", "advanced", "expert", "experts"},
+    *AUDIENCE_GROUPS,
+    {"advanced", "beginner", "beginners"},
+    {"adult", "adults", "child", "children", "kid", "kids", "teen", "teenager", "senior"},
     {"economy", "business", "premium"},
-    {
-        "baby", "infant", "toddler", "child", "children", "kid", "kids", "teen", "teenager",
-        "adult", "adults", "senior", "elderly", "puppy", "kitten",
-    },
     {"man", "woman"},
     {"men", "women"},
     {"male", "female"},
@@ -188,7 +231,7 @@ CONTRAST_GROUPS: list[set[str]] = [
         "gray", "grey",
     },
     {
-        "car", "truck", "motorcycle", "bike", "bicycle", "bus", "train", "plane", "boat", "van",
+        "car", "truck", "motorcycle", "bicycle", "bus", "train", "plane", "boat", "van",
         "scooter", "suv",
     },
     {"walking", "running", "cycling", "swimming", "hiking", "jogging", "rowing"},
@@ -209,6 +252,10 @@ CONTRAST_GROUPS: list[set[str]] = [
         "jpg", "jpeg", "gif", "svg", "mp3", "mp4", "wav", "parquet",
     },
     {"get", "put", "patch", "delete"},
+    # Operations on a thing: "list all pods" and "delete all pods" differ.
+    {"list", "create", "delete", "rename", "copy", "move", "install", "upgrade", "merge"},
+    {"key", "value"},
+    {"reset", "restart"},
     {"mean", "median", "mode", "average"},
     {"solid", "liquid", "gas", "plasma"},
     {"addition", "subtraction", "multiplication", "division"},
@@ -360,8 +407,21 @@ STOPWORDS = frozenset(
         "roughly", "approximately", "usually", "typically", "generally", "actually",
         "really", "basically", "exactly", "pls", "plz", "thx", "q", "whats", "hows",
         "wheres", "whens", "whos",
+        # Chat spellings and common typos of the words above.
+        "u", "ur", "teh", "hte", "adn", "waht", "wht", "hwo", "yuo", "cn", "plese",
     }
 )
+# Words joining two sides that may trade places: "17 times 23" is "23 times 17", "cats
+# and dogs" are "dogs and cats".
+SYMMETRIC = frozenset(
+    {"times", "x", "plus", "multiplied", "added", "vs", "versus", "and", "or", "nor", "+", "*"}
+)
+# "the equation for the combustion of methane" is "the methane combustion equation".
+GENITIVE_WORDS = frozenset({"of", "for"})
+# Words an acronym's letters skip: "USA" spells "United States of America".
+ACRONYM_SKIPPED = frozenset({"of", "and", "the", "&", "for"})
+DIRECTION_WORDS = frozenset({"to", "from", "into", "towards", "toward"})
+ARTICLES = frozenset({"a", "an", "the"})
 CLAUSE_BREAKS = frozenset({"and", "or", "but", "because", "while", "if", "so", "vs", "versus"})
 COMPARATIVE_WORDS = frozenset(
     {
@@ -399,14 +459,25 @@ _LENGTH_UNITS = "miles|kilometers|kilometres|km|meters|metres|feet|inches|yards"
 # the first listed; "what"/"which" count only when no other cue is present.
 QUESTION_TYPES: list[tuple[str, str]] = [
     ("frequency", r"\bhow (often|frequently)\b|\bhow many times\b"),
+    ("when", r"\bhow long (until|till)\b"),
     ("duration", rf"\bhow long\b|\bhow many ({_TIME_UNITS})\b"),
-    ("distance", rf"\bhow far\b|\bhow many ({_LENGTH_UNITS})\b"),
+    (
+        "distance",
+        rf"\bhow far\b|\bhow many ({_LENGTH_UNITS})\b|\bwhat(?: is|'s)? the distance\b",
+    ),
     ("count", r"\bhow many\b|\bwhat(?: is|'s)? the (\w+ )?number of\b"),
+    # "how much is a flight" asks a price; "how much sugar is in" an amount.
+    ("price", r"\bhow much (is|are|was|were|will|would)\b"),
     ("amount", r"\bhow much\b|\bwhat(?: is|'s)? the amount of\b"),
     ("age", r"\bhow old\b"),
     # "where can I enter a code" asks for a procedure, like "how do I enter a code".
     ("how", r"\bwhere (can|do|should|would|could) (i|we|you)\b"),
-    ("who", r"\b(who|whom|whose)\b|\bwhich (person|company)\b"),
+    # Teams and countries win and host things: "which country won" asks who won.
+    (
+        "who",
+        r"\b(who|whom|whose)\b|\bwhich (person|company|country|team|player|actor|actress"
+        r"|singer|band|author|writer|artist|president|scientist)\b",
+    ),
     # "when should I use X" asks for conditions, like "how do I choose X".
     ("how", r"\bwhen (should|do|would|can) (i|you|we) use\b"),
     (
@@ -427,7 +498,7 @@ QUESTION_TYPES: list[tuple[str, str]] = [
 PRICE_WORDS = frozenset(
     {
         "cost", "costs", "price", "prices", "fee", "fees", "charge", "pay", "expensive",
-        "cheap", "rate", "rates",
+        "cheap", "rate", "rates", "shipping", "postage", "fare", "fares",
     }
 )
 # Question types that may ask the same thing in other words; any other pair of different
@@ -438,7 +509,7 @@ COMPATIBLE_QUESTION_TYPES = frozenset(
         for pair in [
             ("what", "how"), ("what", "count"), ("what", "amount"), ("what", "price"),
             ("count", "amount"), ("amount", "duration"), ("amount", "distance"),
-            ("count", "frequency"),
+            ("count", "frequency"), ("count", "duration"),
         ]
     }
 )
@@ -520,4 +591,30 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"early", "first"},
     {"mountain", "peak"},
     {"set", "configure"},
+    # Members of one contrast group that name the same thing.
+    {"kid", "kids", "child", "children"}, {"baby", "babies", "infant"},
+    {"teen", "teenager", "adolescent"},
+    {"senior", "elderly"}, {"autumn", "fall"}, {"bike", "bicycle"},
+    {"phone", "smartphone", "cell"}, {"tv", "television"}, {"average", "mean"},
+    {"petrol", "gas"}, {"mom", "mother"}, {"dad", "father"},
+    # Common English synonyms.
+    {"largest", "biggest"}, {"larger", "bigger"}, {"closest", "nearest"},
+    {"closer", "nearer"}, {"without", "no"}, {"smallest", "tiniest"}, {"toxic", "poisonous"},
+    {"flash", "blink"}, {"annual", "annually", "yearly"}, {"restart", "reboot"},
+    {"times", "x", "multiplied"}, {"load", "read", "open"}, {"quit", "stop"},
+    {"rich", "wealthy"}, {"smart", "intelligent", "clever"}, {"ill", "sick"},
+    {"hard", "difficult"}, {"easy", "simple"}, {"try", "attempt"},
+    {"reduce", "decrease", "lower", "cut"}, {"increase", "raise", "boost"},
+    {"keep", "retain", "preserve"}, {"teacher", "instructor"}, {"student", "pupil"},
+    {"garbage", "trash", "rubbish"}, {"vacation", "holiday"}, {"apartment", "flat"},
+    {"elevator", "lift"}, {"pants", "trousers"}, {"sneakers", "trainers"},
+    {"refund", "reimbursement"}, {"bill", "invoice"}, {"password", "passcode"},
+    {"register", "signup"}, {"laptop", "notebook"}, {"fridge", "refrigerator"},
+    {"ship", "deliver"}, {"shipping", "delivery"}, {"package", "parcel"},
+    {"fee", "cost", "price", "charge"}, {"worth", "value"}, {"salary", "wage", "pay"},
+    {"amount", "quantity"}, {"photograph", "photo", "pic", "picture"},
+    {"song", "track"}, {"author", "writer"}, {"stomach", "belly", "tummy"},
+    {"mistake", "error"}, {"street", "road"}, {"answer", "solution"},
+    {"verify", "confirm", "check"}, {"present", "gift"}, {"couch", "sofa"},
+    {"discount", "deal", "sale"}, {"over", "end", "finish"},
 ]

@@ -42,6 +42,25 @@ NEAR_MISSES = [
         "When is the best month to see the northern lights in Norway?",
         {"substitution"},
     ),
+    ("Ice or heat in the first 2 days?", "Ice or heat after the first 2 days?", {"polarity"}),
+    ("What are the side effects of aspirin in children?", "Side effects of aspirin?", {"contrast"}),
+    (
+        "How do I list all pods with kubectl?",
+        "How do I delete all pods with kubectl?",
+        {"contrast"},
+    ),
+    ("Can the tenant sue if the landlord", "Can the landlord sue if the tenant", {"order"}),
+    (
+        "Move my number from my carrier to you",
+        "Move my number from you to my carrier",
+        {"order"},
+    ),
+    ("What is 15% of 80?", "80 is 15% of what number?", {"order"}),
+    ("What is the capital of Peru?", "What is the largest city of Peru?", {"substitution"}),
+    ("Did Ada Lovelace meet Charles Babbage?", "Did Charles Babbage meet Ada Lovelace?", {"order"}),
+    ("Is a square a rectangle?", "Is a rectangle a square?", {"order"}),
+    ("Solve 2x + 3 = 9", "Solve 2x - 3 = 9", {"substitution"}),
+    ("How long is the train to Paris?", "How much is the train to Paris?", {"question_type"}),
 ]
 
 PARAPHRASES = [
@@ -55,6 +74,28 @@ PARAPHRASES = [
     ("What are the early symptoms of flu?", "what are the first signs of flu"),
     ("how to set environment variables in docker", "how to set env vars in docker"),
     ("roughly how long does it take to learn french", "how long does it usually take?"),
+    ("What is 17 times 23?", "what is 23 times 17"),
+    (
+        "Monthly payment on $200,000 at 5% for 15 years?",
+        "15-year $200k loan at 5%: monthly payment?",
+    ),
+    (
+        "How much should a 12-week-old kitten eat?",
+        "my kitten is 12 weeks old, how much should it eat",
+    ),
+    ("Max daily dose of ibuprofen?", "most ibuprofen I can take in one day"),
+    ("What does the United Nations do?", "what does the UN do"),
+    (
+        "undo the last commit but keep the changes",
+        "undo the last commit without losing the changes",
+    ),
+    ("How far is Mars from the Sun?", "what's the distance between the sun and mars"),
+    ("Is the oven toxic to clean?", "is the oven poisonous to clean"),
+    ("What's the largest ocean?", "biggest ocean?"),
+    ("Find the second largest number in a list", "find the 2nd largest number in a list"),
+    ("How do I enable Wi-Fi on Linux?", "how do I enable wifi on Linux"),
+    ("Who is taller, Ann or Bob?", "Who is taller, Bob or Ann?"),
+    ("Area of a circle with radius 5 cm", "circle with a radius of 5 cm - area?"),
 ]
 
 
