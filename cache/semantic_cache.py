@@ -130,15 +130,14 @@ class SemanticCache:
         if not dry_run:
             self.stats.lookups += 1
         try:
-            result = await asyncio.wait_for(
-                self._lookup(
+            # asyncio.timeout runs the lookup in this task (wait_for wraps it in another).
+            async with asyncio.timeout(self.timeout):
+                result = await self._lookup(
                     LookupResult("miss", threshold, scope, question, exact_key=exact_key),
                     candidates or self.candidates,
                     accept,
                     dry_run,
-                ),
-                self.timeout,
-            )
+                )
         except Exception as exc:
             kind = _error_kind(exc)
             if not dry_run:
@@ -228,9 +227,8 @@ class SemanticCache:
             return None
         metadata = {"finish_reason": outcome.finish_reason, **(metadata or {})}
         try:
-            entry = await asyncio.wait_for(
-                self._put(request, outcome.text, lookup, ttl, metadata), self.timeout
-            )
+            async with asyncio.timeout(self.timeout):
+                entry = await self._put(request, outcome.text, lookup, ttl, metadata)
         except Exception as exc:
             self.stats.errors[f"store_{_error_kind(exc)}"] += 1
             log.warning("cache store failed (answer still served): %r", exc)
