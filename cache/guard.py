@@ -58,6 +58,7 @@ class Features:
     measures: tuple[tuple[float, str | None], ...]  # each number with its unit, if any
     units: tuple[str, ...]  # canonical units in order of appearance
     quantified_units: frozenset[str]  # units attached to a number
+    asked_units: frozenset[str]  # units asked for: "how many miles", "what percent"
     content: tuple[str, ...]  # stems of the non-stopwords, in order
     content_at: tuple[int, ...]  # where each content word sits in `words`
     negations: int
@@ -335,10 +336,12 @@ MAX_EXCHANGED = 3
 
 
 def _content_word(word: str) -> str:
-    """A content word as rules compare it: its stem, or a number's value ("2nd",
-    "second" and "2" are one word)."""
+    """A content word as rules compare it: a number's value ("2nd", "second" and "2" are
+    one word), a unit's name ("%" and "percent"), else its stem."""
     value = _number_value(word)
-    return f"{value:g}" if value is not None else stem(word)
+    if value is not None:
+        return f"{value:g}"
+    return lexicon.UNITS.get(word) or stem(word)
 
 
 def _without_loss(words: list[str], i: int) -> bool:
@@ -373,6 +376,11 @@ def features(text: str) -> Features:
         measures=tuple(numbers),
         units=tuple(units),
         quantified_units=frozenset(quantified),
+        asked_units=frozenset(
+            lexicon.UNITS[w]
+            for v, w in itertools.pairwise(words)
+            if v in lexicon.ASKING_WORDS and w in lexicon.UNITS
+        ),
         content=tuple(content),
         content_at=tuple(content_at),
         negations=_negations(words),
@@ -586,6 +594,10 @@ class Guard:
         qa, qb = qa - lexicon.CURRENCY_UNITS, qb - lexicon.CURRENCY_UNITS
         if qa and qb and qa != qb:  # "100 km in miles" vs "100 miles in km"
             return Verdict(False, "units", f"{_fmt(qa)} vs {_fmt(qb)} measured")
+        # "what is 15% of 80" states the percentage that "15 is what percent of 80" asks.
+        for stated, asked in ((qa, b.asked_units), (qb, a.asked_units)):
+            if stated & asked:
+                return Verdict(False, "units", f"{_fmt(stated & asked)} stated vs asked")
         if ((ua - ub) and (ub - ua)) or (qa - ub) or (qb - ua):
             return Verdict(False, "units", f"{_fmt(ua)} vs {_fmt(ub)}")
         return None
@@ -661,9 +673,12 @@ class Guard:
         if len(long) != len(short) + 1 or p + s != len(short) or not s:
             return None
         added, following = long[p], long[p + 1]
-        # Only a modifier if it directly precedes the next shared word.
-        if added.isalpha() and any(
-            stem(w) == added and stem(n) == following for w, n in itertools.pairwise(words)
+        # Only a modifier if it directly precedes the next shared word, and that is not a
+        # number ("calculate 15% of 80", "convert 100 °F" only reword the request).
+        if (
+            added.isalpha()
+            and not following[:1].isdigit()
+            and any(stem(w) == added and stem(n) == following for w, n in itertools.pairwise(words))
         ):
             return Verdict(False, "modifier", f"{added!r} added before {following!r}")
         return None

@@ -84,6 +84,8 @@ LETTER_UNITS = {
     "s": "second",
 }
 
+# A unit right after these is what the question asks for: "how many miles", "what percent".
+ASKING_WORDS = frozenset({"what", "which", "many", "much"})
 TIME_UNIT_NAMES = frozenset({"second", "minute", "hour", "day", "week", "month", "year"})
 # "second" after these is the unit ("per second"), not the ordinal.
 ORDINAL_UNIT_WORDS = frozenset({"second"})

@@ -61,6 +61,7 @@ NEAR_MISSES = [
     ("Is a square a rectangle?", "Is a rectangle a square?", {"order"}),
     ("Solve 2x + 3 = 9", "Solve 2x - 3 = 9", {"substitution"}),
     ("How long is the train to Paris?", "How much is the train to Paris?", {"question_type"}),
+    ("What is 20% of 50?", "20 is what percent of 50?", {"units"}),
 ]
 
 PARAPHRASES = [
@@ -96,6 +97,8 @@ PARAPHRASES = [
     ("How do I enable Wi-Fi on Linux?", "how do I enable wifi on Linux"),
     ("Who is taller, Ann or Bob?", "Who is taller, Bob or Ann?"),
     ("Area of a circle with radius 5 cm", "circle with a radius of 5 cm - area?"),
+    ("What is 20% of 50?", "calculate 20 percent of 50"),
+    ("How many ounces in a pound?", "a pound is how many ounces"),
 ]
 
 
