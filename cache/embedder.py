@@ -253,7 +253,10 @@ class Embedder:
     def _run(self) -> None:
         # Torch's intra-op thread count is per thread. A worker thread with its own
         # OpenMP team beside the engine's measured slower on two cores with 2 threads
-        # (10-13 ms a short query) than with 1 (~9 ms): one thread by default.
+        # (10-13 ms a short query) than with 1 (~9 ms): one thread by default. A thread's
+        # first parallel op re-applies the count last set anywhere (the engine's, say)
+        # unless the thread asked for its count first: get, then set.
+        torch.get_num_threads()
         torch.set_num_threads(self.num_threads)
         while True:
             text = self._queue.get()

@@ -159,6 +159,7 @@ class AsyncLLM:
                     self._deliver(payload, out)
 
     def _run(self) -> None:
+        self.engine.claim_threads()
         while not self._stopped:
             self._drain_inbox()
             if not self.engine.has_unfinished():

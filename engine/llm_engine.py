@@ -30,8 +30,7 @@ class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         started = time.perf_counter()
         self.config = config
-        if config.device == "cpu":
-            torch.set_num_threads(config.num_threads)
+        self.claim_threads()
         device = torch.device(config.device)
         model_config, weights, self.tokenizer = load_model_files(config.model_path)
         self.model_config = model_config
@@ -129,6 +128,16 @@ class LLMEngine:
             raise ValueError(f"request id {seq.request_id!r} is already running")
         self.sequences[seq.request_id] = seq
         self.scheduler.add(seq)
+
+    def claim_threads(self) -> None:
+        """Gives the calling thread the configured intra-op thread count. Torch keeps the
+        count per thread, but a thread's first parallel op re-applies the count last set
+        anywhere, unless the thread asked for its count before: get, then set. Without
+        this the step loop ran on the embedder workers' one thread of two (a 400-token
+        prefill took 1.56 s instead of 1.10 s)."""
+        if self.config.device == "cpu":
+            torch.get_num_threads()
+            torch.set_num_threads(self.config.num_threads)
 
     def add_request(
         self,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
+import torch
 
-from engine import AsyncLLM, SamplingParams
+from engine import AsyncLLM, EngineConfig, SamplingParams
 from tests.engine.prompts import PROMPTS
 
 
@@ -65,3 +67,26 @@ def test_bad_request_raises_in_the_caller(async_llm):
 
     with pytest.raises(ValueError, match="prompt is empty"):
         asyncio.run(main())
+
+
+def test_the_step_loop_keeps_its_thread_count_when_another_thread_sets_one():
+    """Torch re-applies the last count set anywhere at a thread's first parallel op: an
+    embedder worker setting 1 used to leave a 2-thread engine on one thread."""
+    engine = AsyncLLM(EngineConfig(num_threads=2))
+    counts: list[int] = []
+    step = engine.engine.step
+
+    def counting_step():
+        counts.append(torch.get_num_threads())
+        return step()
+
+    engine.engine.step = counting_step
+    other = threading.Thread(target=torch.set_num_threads, args=(1,))
+    other.start()
+    other.join()
+    try:
+        asyncio.run(_collect(engine, PROMPTS[0], SamplingParams(max_tokens=2)))
+    finally:
+        engine.shutdown()
+        torch.set_num_threads(EngineConfig().num_threads)
+    assert counts and set(counts) == {2}
