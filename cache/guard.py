@@ -341,6 +341,8 @@ def _content_word(word: str) -> str:
     value = _number_value(word)
     if value is not None:
         return f"{value:g}"
+    if word in lexicon.NEGATIONS or word.endswith("n't"):
+        return "not"  # "hasn't shipped yet" and "not yet shipped" say the same
     return lexicon.UNITS.get(word) or stem(word)
 
 

@@ -490,7 +490,7 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     ("where", r"\bwhere\b|\b(what|which) (place|location|store|website)\b"),
     (
         "why",
-        r"\bwhy\b|\bhow come\b|\bwhat(?: is|'s| are)? the reasons? (for|why|that)\b"
+        r"\bwhy\b|\bhow come\b|\bwhat(?: is|'s| are)? the (reasons?|causes?) (for|why|that|of)\b"
         r"|\bwhat (causes|caused|makes|made)\b|\breasons? for\b",
     ),
     ("how", r"\bhow\b"),

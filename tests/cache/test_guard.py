@@ -99,6 +99,8 @@ PARAPHRASES = [
     ("Area of a circle with radius 5 cm", "circle with a radius of 5 cm - area?"),
     ("What is 20% of 50?", "calculate 20 percent of 50"),
     ("How many ounces in a pound?", "a pound is how many ounces"),
+    ("What causes acid rain?", "what are the causes of acid rain"),
+    ("Can I return a parcel that hasn't arrived yet?", "return parcel not yet arrived"),
 ]
 
 
