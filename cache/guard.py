@@ -8,10 +8,10 @@ to B vs B to A), two names trading roles, named entities (acronyms match what th
 spell), contrasting alternatives and an audience on one side only ("in children"),
 the kind of question, a word or short phrase exchanged in the same frame (operators
 such as == and === included) and one word added inside a shared phrase ("president"
-vs "vice president"). Each rule is a few
-set operations over pre-extracted features, cached per text (extracting a new
-question's takes ~0.5 ms once; a check then costs tens of microseconds), and a
-rejection names its rule so the dry run can explain it.
+vs "vice president"). Each rule is a few set operations over pre-extracted
+features, cached per text (extracting a new question's takes ~0.5 ms once; a check
+then costs tens of microseconds), and a rejection names its rule so the dry run can
+explain it.
 """
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ _NUMBER_WITH_UNIT = re.compile(r"^(\d+(?:\.\d+)?)([a-z]+)$")
 class Features:
     words: tuple[str, ...]  # lower-cased tokens in order
     stems: frozenset[str]
-    numbers: tuple[float, ...]  # in order of appearance
-    measures: tuple[tuple[float, str | None], ...]  # each number with its unit, if any
+    measures: tuple[tuple[float, str | None], ...]  # each number and its unit, in order
     units: tuple[str, ...]  # canonical units in order of appearance
     quantified_units: frozenset[str]  # units attached to a number
     asked_units: frozenset[str]  # units asked for: "how many miles", "what percent"
@@ -68,6 +67,11 @@ class Features:
     noncommutative: bool
     particles: frozenset[tuple[str, str]]  # (verb stem, particle): ("turn", "on")
     timing: frozenset[str]  # "before" | "during" | "after" a stated time ("in the first 48 hours")
+
+    @property
+    def numbers(self) -> tuple[float, ...]:
+        """The numbers in order of appearance."""
+        return tuple(value for value, _ in self.measures)
 
 
 def stem(word: str) -> str:
@@ -189,13 +193,13 @@ def _units(words: list[str]) -> tuple[list[str], set[str]]:
     return units, quantified
 
 
+def _negative(word: str) -> bool:
+    return word in lexicon.NEGATIONS or word.endswith("n't")
+
+
 def _negations(words: list[str]) -> int:
-    count = 0
-    for i, word in enumerate(words):
-        # "without losing the changes" asks to keep them: two negatives, no negation.
-        if (word in lexicon.NEGATIONS or word.endswith("n't")) and not _without_loss(words, i):
-            count += 1
-    return count
+    # "without losing the changes" asks to keep them: two negatives, no negation.
+    return sum(_negative(w) and not _without_loss(words, i) for i, w in enumerate(words))
 
 
 def _timing(words: list[str]) -> set[str]:
@@ -341,7 +345,7 @@ def _content_word(word: str) -> str:
     value = _number_value(word)
     if value is not None:
         return f"{value:g}"
-    if word in lexicon.NEGATIONS or word.endswith("n't"):
+    if _negative(word):
         return "not"  # "hasn't shipped yet" and "not yet shipped" say the same
     return lexicon.UNITS.get(word) or stem(word)
 
@@ -369,13 +373,11 @@ def features(text: str) -> Features:
     tokens = _tokens(text)
     words = [_strip_possessive(lower) for _, lower in tokens]
     units, quantified = _units(words)
-    numbers = _numbers(words)
     content_at, content = _content(words)
     return Features(
         words=tuple(words),
         stems=frozenset(stem(w) for w in words),
-        numbers=tuple(v for v, _ in numbers),
-        measures=tuple(numbers),
+        measures=tuple(_numbers(words)),
         units=tuple(units),
         quantified_units=frozenset(quantified),
         asked_units=frozenset(
@@ -446,8 +448,8 @@ def _spelled_out(
 
 
 def _alike(x: str, y: str) -> bool:
-    """One word up to inflection (annual/annually), or two synonyms (kid/child)."""
-    return _same_word(x, y) or y in SYNONYMS.get(x, ())
+    """The same word, up to inflection (annual/annually), or two synonyms (kid/child)."""
+    return x == y or _same_word(x, y) or y in SYNONYMS.get(x, ())
 
 
 def _exchange_verdict(
@@ -637,23 +639,19 @@ class Guard:
             return None
         # A short exchange (up to two words a side) keeps any shared frame; a longer one
         # needs at least two shared words.
-        if p + s < (1 if max(len(mid_a), len(mid_b)) <= 2 else 2) or set(mid_a) == set(mid_b):
+        if p + s < (1 if max(len(mid_a), len(mid_b)) <= 2 else 2):
             return None
         # Two words where the other has one, sharing none: "capital" vs "largest city". If
         # a word is kept ("ship" vs "order delivered"), the other is rewording around it.
-        if p + s == 1 and any(x == y or _alike(x, y) for x in mid_a for y in mid_b):
+        if p + s == 1 and any(_alike(x, y) for x in mid_a for y in mid_b):
             return None
         # A word and its own inflection or spelling (spider/spiders, medium-sized/medium
         # size, e-mail/email) are one word; operators are not (== vs ===).
         if _same_word("".join(mid_a), "".join(mid_b)):
             return None
-        # Word for word synonyms or abbreviations ("early symptoms" vs "first signs",
-        # "environment variables" vs "env vars") reword the same phrase.
-        if len(mid_a) == len(mid_b) and all(
-            _alike(x, y) for x, y in zip(mid_a, mid_b, strict=True)
-        ):
-            return None
-        # The same words reordered, up to synonyms ("light flashing" vs "blinking light").
+        # The same words, in any order, up to synonyms and abbreviations ("early symptoms"
+        # vs "first signs", "env vars" vs "environment variables", "light flashing" vs
+        # "blinking light"): the same phrase reworded.
         if all(any(_alike(x, y) for y in mid_b) for x in mid_a) and all(
             any(_alike(y, x) for x in mid_a) for y in mid_b
         ):
@@ -664,24 +662,19 @@ class Guard:
     def _modifier(a: Features, b: Features) -> Verdict | None:
         """One question narrows the other with a single word added inside a phrase both
         share ("first president" vs "first vice president", "human cell" vs "human egg
-        cell"): it asks about a different thing, not the same one reworded. Words added
-        at the start ("steps to reset ...") or before a function word ("which currency do
-        they use in ...") are rewording, not narrowing."""
-        (short, _), (long, words) = sorted(
-            ((a.content, a.words), (b.content, b.words)), key=lambda f: len(f[0])
-        )
-        p, s = _frame(short, long)
-        # Exactly one word added, inside: after one shared word and before another.
-        if len(long) != len(short) + 1 or p + s != len(short) or not s:
+        cell", "keys" vs "black keys"): it asks about a different thing, not the same one
+        reworded. A word added before a function word ("steps to reset ...", "which
+        currency do they use in ...") or a number is rewording, not narrowing."""
+        short, long = sorted((a, b), key=lambda f: len(f.content))
+        p, s = _frame(short.content, long.content)
+        # Exactly one word added, before a shared one.
+        if len(long.content) != len(short.content) + 1 or p + s != len(short.content) or not s:
             return None
-        added, following = long[p], long[p + 1]
-        # Only a modifier if it directly precedes the next shared word, and that is not a
+        added, following = long.content[p], long.content[p + 1]
+        # Only a modifier if it directly precedes that word in the text, and that is not a
         # number ("calculate 15% of 80", "convert 100 °F" only reword the request).
-        if (
-            added.isalpha()
-            and not following[:1].isdigit()
-            and any(stem(w) == added and stem(n) == following for w, n in itertools.pairwise(words))
-        ):
+        adjacent = long.content_at[p + 1] == long.content_at[p] + 1
+        if adjacent and added.isalpha() and not following[:1].isdigit():
             return Verdict(False, "modifier", f"{added!r} added before {following!r}")
         return None
 

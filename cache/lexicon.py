@@ -186,23 +186,22 @@ ANTONYM_PAIRS: list[tuple[str, str]] = [
 # Who a question is for. The answer depends on it, so naming one on one side only asks a
 # narrower question ("side effects of the flu shot in children" vs "... of the flu shot").
 # Adults are left out: a question that names no one is usually about adults.
-AUDIENCE_GROUPS: list[set[str]] = [
-    {"beginner", "beginners", "novice", "novices", "intermediate", "expert", "experts"},
-    {
-        "baby", "babies", "infant", "infants", "toddler", "toddlers", "child", "children",
-        "kid", "kids", "teen", "teens", "teenager", "teenagers", "adolescent", "adolescents",
-        "senior", "seniors", "elderly", "puppy", "puppies", "kitten", "kittens",
-    },
-]
+_SKILLS = {"beginner", "beginners", "novice", "novices", "intermediate", "expert", "experts"}
+_AGES = {
+    "baby", "babies", "infant", "infants", "toddler", "toddlers", "child", "children",
+    "kid", "kids", "teen", "teens", "teenager", "teenagers", "adolescent", "adolescents",
+    "senior", "seniors", "elderly", "puppy", "puppies", "kitten", "kittens",
+}
+AUDIENCE_GROUPS: list[set[str]] = [_SKILLS, _AGES]
 
 # Sets of alternatives: naming a different member asks a different question.
 CONTRAST_GROUPS: list[set[str]] = [
     {"spring", "summer", "autumn", "winter"},
     {"morning", "afternoon", "evening", "night", "midnight", "noon"},
     {"breakfast", "lunch", "dinner", "brunch"},
-    *AUDIENCE_GROUPS,
-    {"advanced", "beginner", "beginners"},
-    {"adult", "adults", "child", "children", "kid", "kids", "teen", "teenager", "senior"},
+    # "advanced" ("in advance") and "adult" (the default) only as alternatives.
+    _SKILLS | {"advanced"},
+    _AGES | {"adult", "adults"},
     {"economy", "business", "premium"},
     {"man", "woman"},
     {"men", "women"},
@@ -540,7 +539,7 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"tallest", "highest"},
     {"fast", "quick", "rapid"},
     {"choose", "pick", "select"},
-    {"cost", "price", "charge"},
+    {"cost", "price", "charge", "fee"},
     {"delete", "remove", "erase"},
     {"change", "modify", "edit", "update", "alter"},
     {"help", "assist", "support"},
@@ -553,7 +552,7 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"receive", "get"},
     {"job", "work", "career"},
     {"doctor", "physician"},
-    {"kid", "child"},
+    {"kid", "kids", "child", "children"},
     {"mom", "mother"},
     {"dad", "father"},
     {"sofa", "couch"},
@@ -594,14 +593,14 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"mountain", "peak"},
     {"set", "configure"},
     # Members of one contrast group that name the same thing.
-    {"kid", "kids", "child", "children"}, {"baby", "babies", "infant"},
+    {"baby", "babies", "infant"},
     {"teen", "teenager", "adolescent"},
     {"senior", "elderly"}, {"autumn", "fall"}, {"bike", "bicycle"},
     {"phone", "smartphone", "cell"}, {"tv", "television"}, {"average", "mean"},
-    {"petrol", "gas"}, {"mom", "mother"}, {"dad", "father"},
+    {"petrol", "gas"},
     # Common English synonyms.
     {"largest", "biggest"}, {"larger", "bigger"}, {"closest", "nearest"},
-    {"closer", "nearer"}, {"without", "no"}, {"smallest", "tiniest"}, {"toxic", "poisonous"},
+    {"closer", "nearer"}, {"smallest", "tiniest"}, {"toxic", "poisonous"},
     {"flash", "blink"}, {"annual", "annually", "yearly"}, {"restart", "reboot"},
     {"times", "x", "multiplied"}, {"load", "read", "open"}, {"quit", "stop"},
     {"rich", "wealthy"}, {"smart", "intelligent", "clever"}, {"ill", "sick"},
@@ -613,10 +612,10 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"refund", "reimbursement"}, {"bill", "invoice"}, {"password", "passcode"},
     {"register", "signup"}, {"laptop", "notebook"}, {"fridge", "refrigerator"},
     {"ship", "deliver"}, {"shipping", "delivery"}, {"package", "parcel"},
-    {"fee", "cost", "price", "charge"}, {"worth", "value"}, {"salary", "wage", "pay"},
+    {"worth", "value"}, {"salary", "wage", "pay"},
     {"amount", "quantity"}, {"photograph", "photo", "pic", "picture"},
     {"song", "track"}, {"author", "writer"}, {"stomach", "belly", "tummy"},
-    {"mistake", "error"}, {"street", "road"}, {"answer", "solution"},
-    {"verify", "confirm", "check"}, {"present", "gift"}, {"couch", "sofa"},
+    {"street", "road"}, {"answer", "solution"},
+    {"verify", "confirm", "check"}, {"present", "gift"},
     {"discount", "deal", "sale"}, {"over", "end", "finish"},
 ]

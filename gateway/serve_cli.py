@@ -110,7 +110,7 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--admin-key", default=None, help="default: generated and printed")
     serve.add_argument(
         "--api-keys",
-        dest="api_key_pairs",
+        dest="api_key_pairs",  # parsed into api_keys, so not passed through by name
         default=None,
         metavar="KEY:TENANT,...",
         help="default: chat is open",

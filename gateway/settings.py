@@ -12,10 +12,10 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_args, get_type_hints
+from typing import Any, get_args, get_origin, get_type_hints
 
 from cache import DEFAULT_THRESHOLD, Thresholds
-from engine.config import DEFAULT_MODEL
+from engine.config import DEFAULT_MODEL, DEFAULT_NUM_SPEC_TOKENS
 
 RATE_UNITS = ("second", "minute", "hour", "day")
 
@@ -37,7 +37,7 @@ class Settings:
     chunked_prefill: bool = True
     prefix_caching: bool = True
     spec_method: str | None = None  # None | "ngram" | "draft"
-    num_spec_tokens: int = 8
+    num_spec_tokens: int = DEFAULT_NUM_SPEC_TOKENS
     spec_draft_model: str | None = None  # "draft" without one: the target's own first layers
     num_threads: int | None = None
     # Requests allowed to wait for a free engine slot; past it, 429 with Retry-After.
@@ -149,6 +149,8 @@ def _from_env(env: Any) -> dict[str, Any]:
     if env.get("REDIS_URL"):
         out["redis_url"] = env["REDIS_URL"]
     for name, hint in get_type_hints(Settings).items():
+        if get_origin(hint) in (list, dict):
+            continue  # spelled below
         kinds = [k for k in get_args(hint) or (hint,) if k is not type(None)]
         raw = env.get(f"SEMGATE_{name.upper()}")
         if raw and len(kinds) == 1 and kinds[0] in (bool, str, int, float, Path):

@@ -99,10 +99,12 @@ def run_scenario(
     from gateway.serve_process import ServeProcess, serving
 
     scenario = run.scenario
+    if not 1 <= run.rounds <= options.num_requests:
+        raise ValueError(
+            f"--rounds must be between 1 and the {options.num_requests} requests of a side"
+        )
     with console.status(f"building the {scenario.workload} workload ..."):
         items = build_workload(scenario.workload, options)
-    if not 1 <= run.rounds <= len(items):
-        raise ValueError(f"--rounds must be between 1 and the {len(items)} requests of a side")
     with contextlib.ExitStack() as stack:
         servers = []
         for side in scenario.sides:

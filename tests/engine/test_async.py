@@ -72,7 +72,7 @@ def test_bad_request_raises_in_the_caller(async_llm):
 def test_the_step_loop_keeps_its_thread_count_when_another_thread_sets_one():
     """Torch re-applies the last count set anywhere at a thread's first parallel op: an
     embedder worker setting 1 used to leave a 2-thread engine on one thread."""
-    engine = AsyncLLM(EngineConfig(num_threads=2))
+    engine = AsyncLLM(EngineConfig(num_threads=2, device="cpu"))
     counts: list[int] = []
     step = engine.engine.step
 
