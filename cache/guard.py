@@ -7,11 +7,12 @@ numbers, units, negation, opposite words, before/during/after a time, direction 
 to B vs B to A), two names trading roles, named entities (acronyms match what they
 spell), contrasting alternatives and an audience on one side only ("in children"),
 the kind of question, a word or short phrase exchanged in the same frame (operators
-such as == and === included) and one word added inside a shared phrase ("president"
-vs "vice president"). Each rule is a few set operations over pre-extracted
-features, cached per text (extracting a new question's takes ~0.5 ms once; a check
-then costs tens of microseconds), and a rejection names its rule so the dry run can
-explain it.
+such as == and === included), one word added inside a shared phrase ("president"
+vs "vice president"), a condition added to a whole question ("... while roaming"),
+different quoted text or flags, and what replaces what ("A instead of B"). Each rule
+is a few set operations over pre-extracted features, cached per text (extracting a
+new question's takes ~0.5 ms once; a check then costs tens of microseconds), and a
+rejection names its rule so the dry run can explain it.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ _TOKEN = re.compile(
 _ARITHMETIC = frozenset("-+*/^")
 _NUMERIC = re.compile(r"^\d+(?:[.,]\d+)*(?:st|nd|rd|th|k)?$")
 _NUMBER_WITH_UNIT = re.compile(r"^(\d+(?:\.\d+)?)([a-z]+)$")
+# Text a question operates on: 'single', "double", `back` or curly quotes (an apostrophe
+# inside a word, as in "what's", opens none), and command-line flags (-d, --rm).
+_QUOTED = re.compile(
+    r"(?<![\w'])'([^'\n]+?)'(?!\w)|\"([^\"\n]+)\"|`([^`\n]+)`"
+    r"|\u201c([^\u201d\n]+)\u201d|\u2018([^\u2019\n]+)\u2019"
+)
+_FLAG = re.compile(r"(?:(?<=\s)|^)(--?[a-z][\w-]*)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,8 @@ class Features:
     noncommutative: bool
     particles: frozenset[tuple[str, str]]  # (verb stem, particle): ("turn", "on")
     timing: frozenset[str]  # "before" | "during" | "after" a stated time ("in the first 48 hours")
+    quoted: frozenset[str]  # the words inside quotes ("how do you say 'I went'": i, went)
+    flags: frozenset[str]  # command-line flags: "-d", "--rm"
 
     @property
     def numbers(self) -> tuple[float, ...]:
@@ -193,6 +203,14 @@ def _units(words: list[str]) -> tuple[list[str], set[str]]:
     return units, quantified
 
 
+def _quoted_words(text: str) -> set[str]:
+    words: set[str] = set()
+    for match in _QUOTED.finditer(text):
+        quoted = next(group for group in match.groups() if group is not None)
+        words.update(re.findall(r"\w+", quoted.lower()))
+    return words
+
+
 def _negative(word: str) -> bool:
     return word in lexicon.NEGATIONS or word.endswith("n't")
 
@@ -261,6 +279,9 @@ def _roles(words: list[str]) -> dict[str, str]:
     destination role; an anchor seen in both roles is dropped as ambiguous."""
     roles: dict[str, set[str]] = {}
 
+    def canonical(word: str) -> str:
+        return lexicon.UNITS.get(word) or lexicon.ENTITY_ALIASES.get(word) or stem(word)
+
     def anchor(start: int, step: int, skip_comparatives: bool = False) -> str | None:
         i, seen = start, 0
         while 0 <= i < len(words) and seen < 4:
@@ -272,7 +293,7 @@ def _roles(words: list[str]) -> dict[str, str]:
                 word in lexicon.COMPARATIVE_WORDS or (word.endswith("er") and len(word) > 4)
             )
             if word not in lexicon.STOPWORDS and not comparative and _number_value(word) is None:
-                return lexicon.UNITS.get(word) or lexicon.ENTITY_ALIASES.get(word) or stem(word)
+                return canonical(word)
             i += step
             seen += 1
         return None
@@ -280,6 +301,21 @@ def _roles(words: list[str]) -> dict[str, str]:
     def mark(word: str | None, role: str) -> None:
         if word:
             roles.setdefault(word, set()).add(role)
+
+    def head(start: int) -> str | None:
+        """The last word of the phrase that starts at `start` ("baking soda in pancakes":
+        soda), past any leading articles."""
+        last = None
+        for word in words[start:]:
+            if word in lexicon.STOPWORDS or _number_value(word) is not None:
+                if last is not None or word not in lexicon.ARTICLES:
+                    break
+                continue
+            last = canonical(word)
+        return last
+
+    def after(start: int, word: str) -> int | None:
+        return next((j + 1 for j in range(start, len(words)) if words[j] == word), None)
 
     has_from = "from" in words
     for i, word in enumerate(words):
@@ -301,6 +337,22 @@ def _roles(words: list[str]) -> dict[str, str]:
         elif word == "than":
             mark(anchor(i - 1, -1, skip_comparatives=True), "src")
             mark(anchor(i + 1, 1), "dst")
+        # What replaces what: "use A instead of B", "A in place of B", "substitute A for
+        # B", "replace B with A".
+        elif word == "of" and words[i - 1 : i] == ["instead"]:
+            mark(anchor(i - 2, -1), "replacement")
+            mark(head(i + 1), "replaced")
+        elif word == "of" and words[i - 2 : i] == ["in", "place"]:
+            mark(anchor(i - 3, -1), "replacement")
+            mark(head(i + 1), "replaced")
+        elif word in {"substitute", "replace"}:
+            joint = after(i + 1, "for" if word == "substitute" else "with")
+            if joint is not None:
+                first, second = head(i + 1), head(joint)
+                if word == "replace":
+                    first, second = second, first
+                mark(first, "replacement")
+                mark(second, "replaced")
     return {word: next(iter(r)) for word, r in roles.items() if len(r) == 1}
 
 
@@ -334,6 +386,8 @@ SYNONYMS = _stem_map(_group_pairs(lexicon.SYNONYM_GROUPS))
 CONTRASTS = _stem_map(_group_pairs(lexicon.CONTRAST_GROUPS))
 AUDIENCES = [frozenset(stem(w) for w in group) for group in lexicon.AUDIENCE_GROUPS]
 LOSS_STEMS = frozenset(stem(w) for w in lexicon.LOSS_VERBS)
+IMPLIED_NEGATIVES = frozenset(stem(w) for w in lexicon.IMPLIED_NEGATIVES)
+ENTITY_PARENT_STEMS = {stem(kind): stem(parent) for kind, parent in lexicon.ENTITY_PARENTS.items()}
 # Longest phrase the substitution rule treats as exchanged inside a shared frame: more
 # differing words than this is a reworded question rather than one slot refilled.
 MAX_EXCHANGED = 3
@@ -398,6 +452,8 @@ def features(text: str) -> Features:
             if p in lexicon.OPPOSITE_PARTICLES and v not in lexicon.STOPWORDS
         ),
         timing=frozenset(_timing(words)),
+        quoted=frozenset(_quoted_words(text)),
+        flags=frozenset(flag.lower() for flag in _FLAG.findall(text)),
     )
 
 
@@ -448,8 +504,15 @@ def _spelled_out(
 
 
 def _alike(x: str, y: str) -> bool:
-    """The same word, up to inflection (annual/annually), or two synonyms (kid/child)."""
-    return x == y or _same_word(x, y) or y in SYNONYMS.get(x, ())
+    """The same word, up to inflection (annual/annually), two synonyms (kid/child), or a
+    name and the kind it is (ubuntu/linux)."""
+    return (
+        x == y
+        or _same_word(x, y)
+        or y in SYNONYMS.get(x, ())
+        or ENTITY_PARENT_STEMS.get(x) == y
+        or ENTITY_PARENT_STEMS.get(y) == x
+    )
 
 
 def _exchange_verdict(
@@ -560,10 +623,12 @@ class Guard:
         "polarity",
         "order",
         "entities",
+        "literal",
         "contrast",
         "question_type",
         "substitution",
         "modifier",
+        "qualifier",
     )
 
     def __init__(self, rules: tuple[str, ...] = RULES) -> None:
@@ -608,9 +673,14 @@ class Guard:
 
     @staticmethod
     def _negation(a: Features, b: Features) -> Verdict | None:
-        if a.negations % 2 != b.negations % 2:
-            return Verdict(False, "negation", "one question is negated, the other is not")
-        return None
+        if a.negations % 2 == b.negations % 2:
+            return None
+        # The other side may say it with a verb that carries the negation ("to not pay
+        # the fee" vs "to avoid the fee"), as long as the negated side does not use it too.
+        plain, negated = (a, b) if a.negations % 2 == 0 else (b, a)
+        if (plain.stems - negated.stems) & IMPLIED_NEGATIVES:
+            return None
+        return Verdict(False, "negation", "one question is negated, the other is not")
 
     @staticmethod
     def _polarity(a: Features, b: Features) -> Verdict | None:
@@ -656,6 +726,10 @@ class Guard:
             any(_alike(y, x) for x in mid_a) for y in mid_b
         ):
             return None
+        # A verb that carries the negation for "not" and a verb: "avoid" vs "not pay".
+        for x, y in ((mid_a, mid_b), (mid_b, mid_a)):
+            if IMPLIED_NEGATIVES & set(x) and "not" in y:
+                return None
         return Verdict(False, "substitution", f"{' '.join(mid_a)!r} vs {' '.join(mid_b)!r}")
 
     @staticmethod
@@ -674,8 +748,50 @@ class Guard:
         # Only a modifier if it directly precedes that word in the text, and that is not a
         # number ("calculate 15% of 80", "convert 100 °F" only reword the request).
         adjacent = long.content_at[p + 1] == long.content_at[p] + 1
-        if adjacent and added.isalpha() and not following[:1].isdigit():
+        if adjacent and added.replace("-", "").isalpha() and not following[:1].isdigit():
             return Verdict(False, "modifier", f"{added!r} added before {following!r}")
+        return None
+
+    @staticmethod
+    def _qualifier(a: Features, b: Features) -> Verdict | None:
+        """One question is the other with a condition or scope added ("... for a runny
+        yolk" vs "... for a runny yolk at high altitude", "the deadline to file taxes in
+        2025" vs "the deadline to file taxes with an extension in 2025"): the narrower
+        question has its own answer. Only the whole question with a phrase inserted after
+        its start, opened by a preposition or "while", "if", "and", counts; context
+        restated in other words ("installing numpy on a windows pc") or a new clause
+        ("iphone not charging, how to fix") does not."""
+        short, long = sorted((a, b), key=lambda f: len(f.content))
+        p, s = _frame(short.content, long.content)
+        added = len(long.content) - len(short.content)
+        if not p or not added or p + s != len(short.content):
+            return None
+        # A number added is the numbers rule's ("in a cup" vs "in 1 cup" is one cup).
+        if any(word[:1].isdigit() for word in long.content[p : p + added]):
+            return None
+        start = long.content_at[p - 1] + 1  # just after the last shared word before it
+        link = long.words[start : long.content_at[p]]
+        # At the end, the phrase may open late ("bought during the holiday season"); inside
+        # the question it opens at once ("the protein content of an egg" only rewords).
+        opening = long.words[start : long.content_at[p + added - 1]] if not s else link
+        if lexicon.QUESTION_WORDS & set(link) or not lexicon.QUALIFIER_OPENERS & set(opening):
+            return None
+        # The phrase may spell out an acronym of the shorter question ("first US
+        # president" vs "first president of the United States").
+        acronyms = {w for w in short.words if w.isalpha() and 2 <= len(w) <= 6}
+        if _spelled_out(acronyms, set(), long.words)[0] != acronyms:
+            return None
+        phrase = long.words[start : long.content_at[p + added - 1] + 1]
+        return Verdict(False, "qualifier", f"{' '.join(phrase)!r} on one side only")
+
+    @staticmethod
+    def _literal(a: Features, b: Features) -> Verdict | None:
+        """Different quoted text ("how do you say 'I went'" vs "'I go'") or command-line
+        flags ("-d" vs "--rm"): what the question operates on differs. Only when each side
+        has words the other lacks: "'data'" vs "'data is' or 'data are'" asks the same."""
+        for x, y, what in ((a.quoted, b.quoted, "quoted"), (a.flags, b.flags, "flags")):
+            if x - y and y - x:
+                return Verdict(False, "literal", f"{what} {_fmt(x)} vs {_fmt(y)}")
         return None
 
     @staticmethod
@@ -722,6 +838,11 @@ class Guard:
         only_b = {e for e in b.entities if not _mentions(a, e)}
         only_a, only_b = _spelled_out(only_a, only_b, b.words)
         only_b, only_a = _spelled_out(only_b, only_a, a.words)
+        # A kind of what the other names ("on Ubuntu" vs "on Linux") is no other name.
+        only_a, only_b = (
+            {e for e in only_a if lexicon.ENTITY_PARENTS.get(e) not in only_b},
+            {e for e in only_b if lexicon.ENTITY_PARENTS.get(e) not in only_a},
+        )
         if only_a and only_b:
             return Verdict(False, "entities", f"{_fmt(only_a)} vs {_fmt(only_b)}")
         return None

@@ -108,6 +108,11 @@ NEGATIONS = frozenset(
         "unable", "fail", "fails", "failed", "failing",
     }
 )
+# Verbs that carry a negation: "to avoid the fee" is "to not pay the fee", "my bulb
+# ignores commands" is "my bulb is not responding", "forgot" is "can't remember".
+IMPLIED_NEGATIVES = frozenset(
+    {"avoid", "ignore", "forget", "forgot", "forgotten", "skip", "prevent", "refuse", "lack"}
+)
 # "without losing the changes" asks to keep them: a negation that cancels out.
 LOSS_VERBS = frozenset(
     {
@@ -137,7 +142,7 @@ ANTONYM_PAIRS: list[tuple[str, str]] = [
     ("tallest", "shortest"), ("fast", "slow"), ("faster", "slower"), ("fastest", "slowest"),
     ("cheap", "expensive"), ("cheapest", "expensive"), ("cheaper", "expensive"),
     ("hot", "cold"), ("warm", "cool"), ("heat", "cool"), ("heating", "cooling"),
-    ("push", "pull"), ("send", "receive"), ("sent", "received"), ("win", "lose"),
+    ("push", "pull"), ("send", "receive"), ("sent", "received"), ("win", "lose"), ("won", "lost"),
     ("gain", "lose"), ("gain", "loss"), ("profit", "loss"), ("positive", "negative"),
     ("pass", "fail"), ("accept", "reject"), ("allow", "block"), ("allow", "deny"),
     ("approve", "deny"), ("approve", "reject"), ("include", "exclude"), ("inside", "outside"),
@@ -383,6 +388,13 @@ ENTITY_ALIASES: dict[str, str] = {
     "holland": "netherlands", "the netherlands": "netherlands", "czechia": "czech republic",
 }
 
+# Names that are a kind of another, or live in it: "on Ubuntu" and "in bash" ask what
+# "on Linux" asks, while Ubuntu and Fedora are still two names.
+ENTITY_PARENTS: dict[str, str] = {
+    name: "linux"
+    for name in ("ubuntu", "debian", "fedora", "centos", "mint", "rhel", "redhat", "kali", "bash")
+}
+
 # Capitalised words that are not names.
 NOT_ENTITIES = frozenset(
     {
@@ -401,9 +413,10 @@ STOPWORDS = frozenset(
         "from", "into", "than", "then", "so", "if", "or", "and", "but", "can", "could", "would",
         "should", "will", "shall", "may", "might", "must", "what", "which", "who", "whom",
         "whose", "when", "where", "why", "how", "there", "here", "any", "some", "much", "many",
-        "very", "just", "also", "please", "hi", "hey", "hello", "thanks", "get", "got", "go",
-        "going", "want", "need", "way", "best", "good", "one", "i'm", "it's", "what's", "how's",
-        "there's", "that's", "let", "tell", "know", "like", "quick", "question",
+        "all", "very", "sized", "just", "also", "please", "hi", "hey", "hello", "thanks", "get",
+        "got", "go", "going", "want", "need", "way", "best", "good", "one", "i'm", "it's",
+        "what's", "how's", "there's", "that's", "let", "tell", "know", "like", "quick",
+        "question",
         # Hedges and chat filler: they soften a question without changing what it asks.
         "roughly", "approximately", "usually", "typically", "generally", "actually",
         "really", "basically", "exactly", "pls", "plz", "thx", "q", "whats", "hows",
@@ -423,6 +436,18 @@ GENITIVE_WORDS = frozenset({"of", "for"})
 ACRONYM_SKIPPED = frozenset({"of", "and", "the", "&", "for"})
 DIRECTION_WORDS = frozenset({"to", "from", "into", "towards", "toward"})
 ARTICLES = frozenset({"a", "an", "the"})
+# Words that open a condition or scope tacked onto a whole question ("... at high
+# altitude", "... while roaming", "... on the free plan", "... bought during the sale").
+QUALIFIER_OPENERS = frozenset(
+    {
+        "at", "for", "while", "whilst", "of", "on", "in", "during", "with", "without",
+        "under", "over", "after", "before", "from", "by", "when", "if", "unless", "using",
+        "via", "and", "inside", "outside", "near", "except", "beyond", "within",
+    }
+)
+# Question words: after one, a tail is a new clause ("iphone not charging, how to fix"),
+# not a qualifier.
+QUESTION_WORDS = frozenset({"how", "what", "why", "which", "where", "when", "who"})
 CLAUSE_BREAKS = frozenset({"and", "or", "but", "because", "while", "if", "so", "vs", "versus"})
 COMPARATIVE_WORDS = frozenset(
     {
@@ -544,7 +569,7 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"change", "modify", "edit", "update", "alter"},
     {"help", "assist", "support"},
     {"need", "require"},
-    {"make", "create", "build"},
+    {"make", "create", "build", "generate"},
     {"show", "display", "view", "see"},
     {"find", "locate", "search"},
     {"end", "finish", "stop", "terminate"},
@@ -599,10 +624,11 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"phone", "smartphone", "cell"}, {"tv", "television"}, {"average", "mean"},
     {"petrol", "gas"},
     # Common English synonyms.
-    {"largest", "biggest"}, {"larger", "bigger"}, {"closest", "nearest"},
+    {"largest", "biggest"}, {"larger", "bigger", "over", "above", "greater"},
+    {"closest", "nearest"},
     {"closer", "nearer"}, {"smallest", "tiniest"}, {"toxic", "poisonous"},
     {"flash", "blink"}, {"annual", "annually", "yearly"}, {"restart", "reboot"},
-    {"times", "x", "multiplied"}, {"load", "read", "open"}, {"quit", "stop"},
+    {"times", "x", "multiplied"}, {"load", "read", "open"}, {"quit", "stop", "exit"},
     {"rich", "wealthy"}, {"smart", "intelligent", "clever"}, {"ill", "sick"},
     {"hard", "difficult"}, {"easy", "simple"}, {"try", "attempt"},
     {"reduce", "decrease", "lower", "cut"}, {"increase", "raise", "boost"},

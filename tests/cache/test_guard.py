@@ -62,6 +62,35 @@ NEAR_MISSES = [
     ("Solve 2x + 3 = 9", "Solve 2x - 3 = 9", {"substitution"}),
     ("How long is the train to Paris?", "How much is the train to Paris?", {"question_type"}),
     ("What is 20% of 50?", "20 is what percent of 50?", {"units"}),
+    (
+        "What is the baggage allowance?",
+        "What is the baggage allowance on domestic flights?",
+        {"qualifier"},
+    ),
+    ("Can I take ibuprofen?", "Can I take ibuprofen while breastfeeding?", {"qualifier"}),
+    (
+        "What is the deadline to file taxes in 2026?",
+        "What is the deadline to file taxes with an extension in 2026?",
+        {"qualifier"},
+    ),
+    (
+        "How do you say 'good night' in French?",
+        "How do you say 'good evening' in French?",
+        {"literal"},
+    ),
+    ("What does ls -a do?", "What does ls -l do?", {"literal"}),
+    (
+        "What is the time complexity of quicksort?",
+        "What is the worst-case time complexity of quicksort?",
+        {"modifier"},
+    ),
+    ("Who won the 1998 World Cup?", "Who lost the 1998 World Cup?", {"polarity"}),
+    (
+        "Can I use honey instead of sugar in tea?",
+        "Can I substitute sugar for honey in tea?",
+        {"order"},
+    ),
+    ("Replace butter with oil in brownies?", "use butter in place of oil in brownies?", {"order"}),
 ]
 
 PARAPHRASES = [
@@ -101,6 +130,16 @@ PARAPHRASES = [
     ("How many ounces in a pound?", "a pound is how many ounces"),
     ("What causes acid rain?", "what are the causes of acid rain"),
     ("Can I return a parcel that hasn't arrived yet?", "return parcel not yet arrived"),
+    ("How do I avoid the overdraft fee?", "how do i not pay the overdraft fee"),
+    ("What should I do if I forgot my PIN?", "I can't remember my PIN, what should I do?"),
+    ("How do I free up disk space on Linux?", "free up disk space ubuntu"),
+    ("Is 'data' singular or plural?", "should I say 'data is' or 'data are'?"),
+    ("how to install numpy on windows", "installing numpy on a windows pc"),
+    ("Who was the first president of the United States?", "first US president?"),
+    ("iphone won't charge, what should I do?", "iphone not charging how to fix"),
+    ("How do I exit vim?", "how to quit vim"),
+    ("Replace butter with oil in brownies?", "use oil instead of butter in brownies"),
+    ("calories in a large apple", "calories in a large sized apple"),
 ]
 
 
