@@ -216,8 +216,12 @@ def _negative(word: str) -> bool:
 
 
 def _negations(words: list[str]) -> int:
-    # "without losing the changes" asks to keep them: two negatives, no negation.
-    return sum(_negative(w) and not _without_loss(words, i) for i, w in enumerate(words))
+    # "without losing the changes" asks to keep them, and "won't stop running" says it
+    # keeps running: two negatives, no negation.
+    return sum(
+        _negative(w) and not _without_loss(words, i) and words[i + 1 : i + 2] != ["stop"]
+        for i, w in enumerate(words)
+    )
 
 
 def _timing(words: list[str]) -> set[str]:

@@ -485,7 +485,8 @@ _LENGTH_UNITS = "miles|kilometers|kilometres|km|meters|metres|feet|inches|yards"
 # the first listed; "what"/"which" count only when no other cue is present.
 QUESTION_TYPES: list[tuple[str, str]] = [
     ("frequency", r"\bhow (often|frequently)\b|\bhow many times\b"),
-    ("when", r"\bhow long (until|till)\b"),
+    # "how far in advance" and "what's the last day" ask for a time, not a distance.
+    ("when", r"\bhow long (until|till)\b|\bhow far (in advance|ahead)\b"),
     ("duration", rf"\bhow long\b|\bhow many ({_TIME_UNITS})\b"),
     (
         "distance",
@@ -495,7 +496,7 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     # "how much is a flight" asks a price; "how much sugar is in" an amount.
     ("price", r"\bhow much (is|are|was|were|will|would)\b"),
     ("amount", r"\bhow much\b|\bwhat(?: is|'s)? the amount of\b"),
-    ("age", r"\bhow old\b"),
+    ("age", r"\bhow old\b|\bwhat(?:'s| is)? the (\w+ ){0,2}age\b"),
     # "where can I enter a code" asks for a procedure, like "how do I enter a code".
     ("how", r"\bwhere (can|do|should|would|could) (i|we|you)\b"),
     # Teams and countries win and host things: "which country won" asks who won.
@@ -509,6 +510,7 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     (
         "when",
         r"\bwhen\b|\bwhat (time(?! zone)|year|date|day|month|age)\b"
+        r"|\bwhat(?:'s| is)? the (last|first|earliest|latest) (day|date)\b"
         r"|\bwhich (year|date|day|month)\b|\bwhat(?:'s| is)? the (best|right|ideal) time\b",
     ),
     ("where", r"\bwhere\b|\b(what|which) (place|location|store|website)\b"),

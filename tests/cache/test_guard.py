@@ -85,6 +85,7 @@ NEAR_MISSES = [
         {"modifier"},
     ),
     ("Who won the 1998 World Cup?", "Who lost the 1998 World Cup?", {"polarity"}),
+    ("my dog won't stop barking", "my dog won't bark", {"negation"}),
     (
         "Can I use honey instead of sugar in tea?",
         "Can I substitute sugar for honey in tea?",
@@ -140,6 +141,10 @@ PARAPHRASES = [
     ("How do I exit vim?", "how to quit vim"),
     ("Replace butter with oil in brownies?", "use oil instead of butter in brownies"),
     ("calories in a large apple", "calories in a large sized apple"),
+    ("How far in advance should I book a hotel?", "when should I book a hotel"),
+    ("What is the last day to register to vote?", "when can I register to vote until"),
+    ("What is the drinking age in Spain?", "how old do you have to be to drink in spain"),
+    ("my baby won't stop crying, what do I do", "how do I calm a crying baby"),
 ]
 
 
