@@ -50,12 +50,13 @@ _ARITHMETIC = frozenset("-+*/^")
 _NUMERIC = re.compile(r"^\d+(?:[.,]\d+)*(?:st|nd|rd|th|k)?$")
 _NUMBER_WITH_UNIT = re.compile(r"^(\d+(?:\.\d+)?)([a-z]+)$")
 # Text a question operates on: 'single', "double", `back` or curly quotes (an apostrophe
-# inside a word, as in "what's", opens none), and command-line flags (-d, --rm).
+# inside a word, as in "what's", opens none), and command-line flags (-d, --rm; case
+# matters: `git branch -d` merges first, `-D` does not).
 _QUOTED = re.compile(
     r"(?<![\w'])'([^'\n]+?)'(?!\w)|\"([^\"\n]+)\"|`([^`\n]+)`"
     r"|\u201c([^\u201d\n]+)\u201d|\u2018([^\u2019\n]+)\u2019"
 )
-_FLAG = re.compile(r"(?:(?<=\s)|^)(--?[a-z][\w-]*)", re.IGNORECASE)
+_FLAG = re.compile(r"(?:(?<=\s)|^)(--?[a-zA-Z][\w-]*)")
 
 
 @dataclass(frozen=True)
@@ -457,7 +458,7 @@ def features(text: str) -> Features:
         ),
         timing=frozenset(_timing(words)),
         quoted=frozenset(_quoted_words(text)),
-        flags=frozenset(flag.lower() for flag in _FLAG.findall(text)),
+        flags=frozenset(_FLAG.findall(text)),
     )
 
 
@@ -780,10 +781,10 @@ class Guard:
         opening = long.words[start : long.content_at[p + added - 1]] if not s else link
         if lexicon.QUESTION_WORDS & set(link) or not lexicon.QUALIFIER_OPENERS & set(opening):
             return None
-        # The phrase may spell out an acronym of the shorter question ("first US
+        # The phrase may spell out a name the shorter question abbreviates ("first US
         # president" vs "first president of the United States").
-        acronyms = {w for w in short.words if w.isalpha() and 2 <= len(w) <= 6}
-        if _spelled_out(acronyms, set(), long.words)[0] != acronyms:
+        names = {w for w in short.words if lexicon.ENTITY_ALIASES.get(w, w) in short.entities}
+        if _spelled_out(names, set(), long.words)[0] != names:
             return None
         phrase = long.words[start : long.content_at[p + added - 1] + 1]
         return Verdict(False, "qualifier", f"{' '.join(phrase)!r} on one side only")

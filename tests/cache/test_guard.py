@@ -79,6 +79,7 @@ NEAR_MISSES = [
         {"literal"},
     ),
     ("What does ls -a do?", "What does ls -l do?", {"literal"}),
+    ("what does git branch -d do", "what does git branch -D do", {"literal"}),
     (
         "What is the time complexity of quicksort?",
         "What is the worst-case time complexity of quicksort?",
