@@ -6,12 +6,14 @@ questions on the features that change an answer while barely moving the vector:
 numbers, units, negation, opposite words, before/during/after a time, direction (A
 to B vs B to A), two names trading roles, named entities (acronyms match what they
 spell), contrasting alternatives and an audience on one side only ("in children"),
-the kind of question, a word or short phrase exchanged in the same frame (operators
-such as == and === included), one word added inside a shared phrase ("president"
-vs "vice president"), a condition added to a whole question ("... while roaming"),
-different quoted text or flags, and what replaces what ("A instead of B"). Each rule
-is a few set operations over pre-extracted features, cached per text (extracting a
-new question's takes ~0.5 ms once; a check then costs tens of microseconds), and a
+the kind of question, one word exchanged in the same frame (operators such as ==
+and === included), one word added inside a shared phrase ("president" vs "vice
+president"), a condition added to a whole question ("... while roaming"), different
+quoted text or flags, and what replaces what ("A instead of B"). Last, given the
+embeddings' similarity, the overlap bar (`overlap.py`): questions that share most
+of their words need a similarity that rises with what they share. Each rule is a
+few set operations over pre-extracted features, cached per text (extracting a new
+question's takes ~0.5 ms once; a check then costs tens of microseconds), and a
 rejection names its rule so the dry run can explain it.
 """
 
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from cache import lexicon
+from cache.overlap import DEFAULT_BAR, OverlapBar, WordOverlap, word_overlap
 
 
 @dataclass(frozen=True)
@@ -393,9 +396,9 @@ AUDIENCES = [frozenset(stem(w) for w in group) for group in lexicon.AUDIENCE_GRO
 LOSS_STEMS = frozenset(stem(w) for w in lexicon.LOSS_VERBS)
 IMPLIED_NEGATIVES = frozenset(stem(w) for w in lexicon.IMPLIED_NEGATIVES)
 ENTITY_PARENT_STEMS = {stem(kind): stem(parent) for kind, parent in lexicon.ENTITY_PARENTS.items()}
-# Longest phrase the substitution rule treats as exchanged inside a shared frame: more
-# differing words than this is a reworded question rather than one slot refilled.
-MAX_EXCHANGED = 3
+# Longest phrase the order rule sees trading places ("Thomas Jefferson"): longer runs
+# are clauses moved around, not two names swapped.
+MAX_SWAPPED = 3
 
 
 def _content_word(word: str) -> str:
@@ -557,7 +560,7 @@ def _swapped(a: Features, b: Features) -> bool:
     n = len(mid_a)
     for i, j in itertools.combinations(range(1, n + 1), 2):
         first, middle, last = mid_a[:i], mid_a[i : j - 1], mid_a[j - 1 :]
-        if max(len(first), len(last)) > MAX_EXCHANGED or mid_b != last + middle + first:
+        if max(len(first), len(last)) > MAX_SWAPPED or mid_b != last + middle + first:
             continue
         # The words linking the two phrases, in each question.
         link_a = a.words[a.content_at[p + i - 1] + 1 : a.content_at[p + j - 1]]
@@ -618,6 +621,14 @@ def _comparable_units(a: set[str], b: set[str]) -> tuple[set[str], set[str]]:
     return a, b
 
 
+def weighed_overlap(a: Features, b: Features) -> WordOverlap | None:
+    """The word overlap the bar weighs, or None when the content words are the same:
+    questions that differ only in function words ("what's" / "what is") leave the bar
+    nothing to weigh (the rules above judge "can I" / "should I"). All words count in
+    the overlap, function words too: paraphrases reword "how do I" as well."""
+    return None if a.content == b.content else word_overlap(a.words, b.words)
+
+
 class Guard:
     """`check(cached, query)` -> Verdict. Rules can be switched off by name."""
 
@@ -634,22 +645,40 @@ class Guard:
         "substitution",
         "modifier",
         "qualifier",
+        "overlap",
     )
 
-    def __init__(self, rules: tuple[str, ...] = RULES) -> None:
+    def __init__(self, rules: tuple[str, ...] = RULES, bar: OverlapBar = DEFAULT_BAR) -> None:
         unknown = set(rules) - set(self.RULES)
         if unknown:
             raise ValueError(f"unknown guard rules {sorted(unknown)}; known: {self.RULES}")
         self.rules = rules
+        # The overlap bar weighs the similarity too; the other rules read the words only.
+        self._word_rules = tuple(r for r in rules if r != "overlap")
+        self.bar = bar if "overlap" in rules else None
 
-    def check(self, cached: str, query: str) -> Verdict:
+    def check(self, cached: str, query: str, similarity: float | None = None) -> Verdict:
+        """The verdict on serving `cached`'s answer to `query`; with their embeddings'
+        `similarity`, the overlap bar applies too."""
         if cached == query:
             return PASS
         a, b = features(cached), features(query)
-        for rule in self.rules:
+        for rule in self._word_rules:
             verdict = getattr(self, f"_{rule}")(a, b)
             if verdict is not None:
                 return verdict
+        if similarity is None or self.bar is None:
+            return PASS
+        overlap = weighed_overlap(a, b)
+        if overlap is not None:
+            needed = self.bar.required(overlap)
+            if similarity < needed:
+                return Verdict(
+                    False,
+                    "overlap",
+                    f"similarity {similarity:.3f} < {needed:.3f} needed by questions "
+                    f"sharing {overlap.jaccard:.0%} of their words",
+                )
         return PASS
 
     @staticmethod
@@ -702,40 +731,25 @@ class Guard:
 
     @staticmethod
     def _substitution(a: Features, b: Features) -> Verdict | None:
-        """The same question frame with a short phrase exchanged ("car insurance" vs "home
-        insurance", "a hard yolk" vs "a runny yolk", "midnight sun" vs "northern lights")
-        is nearly always a different question: true paraphrases reword the frame too, or
-        swap a word for a synonym. The frame is the content words both questions share
-        at the start and at the end; what differs between them is at most a few words
-        on each side."""
+        """The same question frame with one word exchanged ("car insurance" vs "home
+        insurance", "check my balance" vs "change my balance") is nearly always a
+        different question: true paraphrases reword the frame too, or swap a word for a
+        synonym. The frame is the content words both questions share at the start and
+        at the end. Longer exchanges are left to the overlap bar: "the most" for "the
+        maximum amount" is rewording, and its similarity says so."""
         p, s = _frame(a.content, b.content)
         mid_a, mid_b = a.content[p : len(a.content) - s], b.content[p : len(b.content) - s]
-        if not mid_a or not mid_b or max(len(mid_a), len(mid_b)) > MAX_EXCHANGED:
+        if len(mid_a) != 1 or len(mid_b) != 1 or p + s == 0:
             return None
-        # A short exchange (up to two words a side) keeps any shared frame; a longer one
-        # needs at least two shared words.
-        if p + s < (1 if max(len(mid_a), len(mid_b)) <= 2 else 2):
-            return None
-        # Two words where the other has one, sharing none: "capital" vs "largest city". If
-        # a word is kept ("ship" vs "order delivered"), the other is rewording around it.
-        if p + s == 1 and any(_alike(x, y) for x in mid_a for y in mid_b):
-            return None
-        # A word and its own inflection or spelling (spider/spiders, medium-sized/medium
-        # size, e-mail/email) are one word; operators are not (== vs ===).
-        if _same_word("".join(mid_a), "".join(mid_b)):
-            return None
-        # The same words, in any order, up to synonyms and abbreviations ("early symptoms"
-        # vs "first signs", "env vars" vs "environment variables", "light flashing" vs
-        # "blinking light"): the same phrase reworded.
-        if all(any(_alike(x, y) for y in mid_b) for x in mid_a) and all(
-            any(_alike(y, x) for x in mid_a) for y in mid_b
-        ):
+        (x,), (y,) = mid_a, mid_b
+        # A word and its own inflection or spelling (spider/spiders, e-mail/email), or a
+        # synonym, is one word; operators are not (== vs ===).
+        if _alike(x, y):
             return None
         # A verb that carries the negation for "not" and a verb: "avoid" vs "not pay".
-        for x, y in ((mid_a, mid_b), (mid_b, mid_a)):
-            if IMPLIED_NEGATIVES & set(x) and "not" in y:
-                return None
-        return Verdict(False, "substitution", f"{' '.join(mid_a)!r} vs {' '.join(mid_b)!r}")
+        if {x, y} & IMPLIED_NEGATIVES and "not" in (x, y):
+            return None
+        return Verdict(False, "substitution", f"{x!r} vs {y!r}")
 
     @staticmethod
     def _modifier(a: Features, b: Features) -> Verdict | None:

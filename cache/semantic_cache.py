@@ -180,7 +180,9 @@ class SemanticCache:
             # typical miss (nothing above the threshold) a live lookup skips them.
             decides = above and servable and result.hit is None
             verdict = (
-                self.guard.check(candidate.entry.prompt, question) if decides or dry_run else None
+                self.guard.check(candidate.entry.prompt, question, candidate.similarity)
+                if decides or dry_run
+                else None
             )
             result.candidates.append(CheckedCandidate(candidate, verdict, above))
             if decides and verdict is not None and verdict.ok:

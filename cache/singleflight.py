@@ -94,7 +94,7 @@ class SingleFlight(Generic[T]):
             similarity = float(np.dot(vector, flight.vector))
             if similarity < threshold or similarity <= best_similarity:
                 continue
-            if not self.guard.check(flight.text, text).ok:
+            if not self.guard.check(flight.text, text, similarity).ok:
                 continue
             best, best_similarity = flight, similarity
         return best

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DEFAULT_THRESHOLD = 0.70
+DEFAULT_THRESHOLD = 0.60
 
 
 def distance_from_similarity(similarity: float) -> float:

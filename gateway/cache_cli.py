@@ -1,10 +1,13 @@
-"""`semgate cache ...`: calibrate the threshold against labelled pairs."""
+"""`semgate cache ...`: calibrate the threshold against labelled pairs, and fit the
+guard's overlap bar to them."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,6 +80,56 @@ def _print_report(r: CalibrationReport) -> None:
     )
 
 
+def cmd_cache_fit_overlap(args: argparse.Namespace) -> int:
+    from cache import DEFAULT_THRESHOLD, Embedder, Guard, load_pairs
+    from cache.overlap_fit import fit_bar, held_out, measure
+
+    floor = DEFAULT_THRESHOLD if args.floor is None else args.floor
+
+    files = {str(path): load_pairs(path) for path in args.pairs}
+    console = Console(stderr=True)
+    with console.status(f"measuring {sum(map(len, files.values()))} pairs ..."):
+        embedder = Embedder()
+        try:
+            guard = Guard()
+            measured = {name: measure(pairs, embedder, guard) for name, pairs in files.items()}
+        finally:
+            embedder.close()
+    rows = [r for rs in measured.values() for r in rs]
+    bar = fit_bar(rows, floor, args.target_precision, args.ceiling)
+    scores = (
+        held_out(measured, floor, args.target_precision, args.ceiling) if len(files) > 1 else []
+    )
+    if args.json:
+        print(json.dumps({"bar": asdict(bar), "held_out": [asdict(s) for s in scores]}, indent=2))
+        return 0
+    out = Console()
+    out.print(
+        f"overlap bar: base={bar.base}, per_jaccard={bar.per_jaccard}, "
+        f"per_sequence={bar.per_sequence}, ceiling={bar.ceiling} "
+        f"(floor {floor}, target {args.target_precision})"
+    )
+    if scores:
+        table = Table(
+            "held-out file",
+            "precision / recall (no bar)",
+            "false hits",
+            "precision / recall (bar)",
+            "false hits",
+            title="each file scored pair by pair with the bar fitted on the others",
+        )
+        for s in scores:
+            table.add_row(
+                Path(s.name).stem,
+                f"{s.without_bar.precision:.3f} / {s.without_bar.recall:.3f}",
+                str(s.without_bar.false_hits),
+                f"{s.with_bar.precision:.3f} / {s.with_bar.recall:.3f}",
+                str(s.with_bar.false_hits),
+            )
+        out.print(table)
+    return 0
+
+
 def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     cache = sub.add_parser("cache", help="semantic cache tools")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True)
@@ -98,3 +151,28 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     )
     cal.add_argument("--target-precision", type=float, default=0.95)
     cal.set_defaults(func=cmd_cache_calibrate)
+    fit = cache_sub.add_parser(
+        "fit-overlap", help="fit the guard's overlap bar to labelled pairs, scored file by file"
+    )
+    fit.add_argument(
+        "--pairs",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="JSONL files of labelled pairs; with several, each is also scored held out",
+    )
+    fit.add_argument(
+        "--floor",
+        type=float,
+        default=None,
+        help="the similarity threshold the bar sits above (default: the default threshold)",
+    )
+    fit.add_argument("--target-precision", type=float, default=0.97)
+    fit.add_argument(
+        "--ceiling",
+        type=float,
+        default=0.92,
+        help="the most similarity the bar asks for (set by hand: see cache/overlap.py)",
+    )
+    fit.add_argument("--json", action="store_true", help="print the bar and scores as JSON")
+    fit.set_defaults(func=cmd_cache_fit_overlap)
