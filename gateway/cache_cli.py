@@ -82,9 +82,11 @@ def _print_report(r: CalibrationReport) -> None:
 
 def cmd_cache_fit_overlap(args: argparse.Namespace) -> int:
     from cache import DEFAULT_THRESHOLD, Embedder, Guard, load_pairs
+    from cache.overlap import DEFAULT_CEILING
     from cache.overlap_fit import fit_bar, held_out, measure
 
     floor = DEFAULT_THRESHOLD if args.floor is None else args.floor
+    ceiling = DEFAULT_CEILING if args.ceiling is None else args.ceiling
 
     files = {str(path): load_pairs(path) for path in args.pairs}
     console = Console(stderr=True)
@@ -96,10 +98,8 @@ def cmd_cache_fit_overlap(args: argparse.Namespace) -> int:
         finally:
             embedder.close()
     rows = [r for rs in measured.values() for r in rs]
-    bar = fit_bar(rows, floor, args.target_precision, args.ceiling)
-    scores = (
-        held_out(measured, floor, args.target_precision, args.ceiling) if len(files) > 1 else []
-    )
+    bar = fit_bar(rows, floor, args.target_precision, ceiling)
+    scores = held_out(measured, floor, args.target_precision, ceiling) if len(files) > 1 else []
     if args.json:
         print(json.dumps({"bar": asdict(bar), "held_out": [asdict(s) for s in scores]}, indent=2))
         return 0
@@ -171,8 +171,9 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     fit.add_argument(
         "--ceiling",
         type=float,
-        default=0.92,
-        help="the most similarity the bar asks for (set by hand: see cache/overlap.py)",
+        default=None,
+        help="the most similarity the bar asks for (default 0.92, set by hand: see "
+        "cache/overlap.py)",
     )
     fit.add_argument("--json", action="store_true", help="print the bar and scores as JSON")
     fit.set_defaults(func=cmd_cache_fit_overlap)

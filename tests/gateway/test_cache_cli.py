@@ -1,4 +1,5 @@
-"""`semgate cache calibrate` end to end: real embedded Redis, real embedder."""
+"""`semgate cache calibrate` and `fit-overlap` end to end: real embedded Redis, real
+embedder."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 SEMGATE = [sys.executable, "-m", "gateway.cli"]
+DATA = Path(__file__).parents[1] / "data"
 ENV = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {"HF_HUB_OFFLINE": "1"}
 
 
@@ -59,3 +61,33 @@ def test_calibrate_rejects_a_bad_file_readably(tmp_path: Path):
         timeout=60,
     )
     assert missing.returncode == 2 and "cannot read pairs file" in missing.stderr
+
+
+def test_fit_overlap_prints_the_bar_and_each_file_held_out():
+    files = [str(DATA / "cache_pairs.jsonl"), str(DATA / "cache_pairs_holdout.jsonl")]
+    out = subprocess.run(
+        [*SEMGATE, "cache", "fit-overlap", "--pairs", *files, "--json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+        check=True,
+    )
+    report = json.loads(out.stdout)
+    bar = report["bar"]
+    assert bar["ceiling"] == 0.92 and bar["per_sequence"] > 0
+    assert [s["name"] for s in report["held_out"]] == files
+    for score in report["held_out"]:
+        assert score["with_bar"]["false_hits"] <= score["without_bar"]["false_hits"]
+
+
+def test_fit_overlap_refuses_an_unreachable_target_readably():
+    out = subprocess.run(
+        [*SEMGATE, "cache", "fit-overlap", "--pairs", str(DATA / "cache_pairs.jsonl"),
+         "--target-precision", "1.5"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2 and "no cut of these pairs reaches precision 1.5" in out.stderr
