@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from cache import lexicon
-from cache.overlap import DEFAULT_BAR, OverlapBar, WordOverlap, word_overlap
+from cache.overlap import DEFAULT_BAR, WordOverlap, word_overlap
 
 
 @dataclass(frozen=True)
@@ -648,14 +648,14 @@ class Guard:
         "overlap",
     )
 
-    def __init__(self, rules: tuple[str, ...] = RULES, bar: OverlapBar = DEFAULT_BAR) -> None:
+    def __init__(self, rules: tuple[str, ...] = RULES) -> None:
         unknown = set(rules) - set(self.RULES)
         if unknown:
             raise ValueError(f"unknown guard rules {sorted(unknown)}; known: {self.RULES}")
         self.rules = rules
         # The overlap bar weighs the similarity too; the other rules read the words only.
         self._word_rules = tuple(r for r in rules if r != "overlap")
-        self.bar = bar if "overlap" in rules else None
+        self.bar = DEFAULT_BAR if "overlap" in rules else None
 
     def check(self, cached: str, query: str, similarity: float | None = None) -> Verdict:
         """The verdict on serving `cached`'s answer to `query`; with their embeddings'
@@ -670,16 +670,14 @@ class Guard:
         if similarity is None or self.bar is None:
             return PASS
         overlap = weighed_overlap(a, b)
-        if overlap is not None:
-            needed = self.bar.required(overlap)
-            if similarity < needed:
-                return Verdict(
-                    False,
-                    "overlap",
-                    f"similarity {similarity:.3f} < {needed:.3f} needed by questions "
-                    f"sharing {overlap.jaccard:.0%} of their words",
-                )
-        return PASS
+        if overlap is None or self.bar.admits(similarity, overlap):
+            return PASS
+        return Verdict(
+            False,
+            "overlap",
+            f"similarity {similarity:.3f} < {self.bar.required(overlap):.3f} needed by "
+            f"questions sharing {overlap.jaccard:.0%} of their words",
+        )
 
     @staticmethod
     def _numbers(a: Features, b: Features) -> Verdict | None:

@@ -53,6 +53,11 @@ class OverlapBar:
     per_sequence: float
     ceiling: float = DEFAULT_CEILING
 
+    def admits(self, similarity: float, overlap: WordOverlap | None) -> bool:
+        """Whether a candidate clears the bar; no overlap to weigh (the same content
+        words, see `guard.weighed_overlap`) clears it."""
+        return overlap is None or similarity >= self.required(overlap)
+
     def required(self, overlap: WordOverlap) -> float:
         """The similarity a candidate with this word overlap needs."""
         rising = (

@@ -65,11 +65,6 @@ def _servable(rows: Sequence[MeasuredPair], floor: float) -> list[MeasuredPair]:
     return [r for r in rows if r.similarity >= floor and r.other_rules_pass]
 
 
-def _weighed(rows: Sequence[MeasuredPair], floor: float) -> list[MeasuredPair]:
-    """The servable pairs the bar decides: not those with the same content words."""
-    return [r for r in _servable(rows, floor) if r.overlap is not None]
-
-
 def fit_bar(
     rows: Sequence[MeasuredPair],
     floor: float,
@@ -78,13 +73,12 @@ def fit_bar(
 ) -> OverlapBar:
     from sklearn.linear_model import LogisticRegression
 
-    servable = _weighed(rows, floor)
-    labels = np.array([r.label for r in servable])
+    # The pairs the bar decides: servable, and not with the same content words.
+    weighed = [(r.label, r.similarity, r.overlap) for r in _servable(rows, floor) if r.overlap]
+    labels = np.array([label for label, _, _ in weighed])
     if len(set(labels)) < 2:
         raise ValueError("fitting the overlap bar needs servable pairs of both labels")
-    x = np.array(
-        [[r.similarity, r.overlap.jaccard, r.overlap.sequence] for r in servable if r.overlap]
-    )
+    x = np.array([[similarity, o.jaccard, o.sequence] for _, similarity, o in weighed])
     # A large C: three features and hundreds of pairs need no shrinking, and shrinking
     # would bias the similarity weight that the bar divides by.
     model = LogisticRegression(C=100.0, max_iter=10_000).fit(x, labels)
@@ -110,9 +104,7 @@ def fit_bar(
 
 def score_pairs(rows: Sequence[MeasuredPair], floor: float, bar: OverlapBar | None) -> PairScore:
     served = [
-        r
-        for r in _servable(rows, floor)
-        if bar is None or r.overlap is None or r.similarity >= bar.required(r.overlap)
+        r for r in _servable(rows, floor) if bar is None or bar.admits(r.similarity, r.overlap)
     ]
     correct = sum(r.label for r in served)
     paraphrases = sum(r.label for r in rows)
