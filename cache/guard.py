@@ -44,12 +44,19 @@ _TOKEN = re.compile(
     r"|\d+/\d+"  # fractions
     r"|[=!<>]==?|&&|\|\||[-=]>|[+\-*/%]=|\+\+|--(?!\w)"  # operators: === vs ==, != ...
     r"|\d+(?:[.,]\d+)*(?:st|nd|rd|th|k)?(?![^\W_])"  # numbers, ordinals, 300k
+    r"|[^\W\d_]+\d+[^\W\d_]+(?![^\W_])"  # numeronyms: k8s, i18n (no number in them)
     r"|[^\W\d_]+(?:[.'\u2019+#-][^\W\d_0-9]+)*[+#]*"  # words: node.js, c++, c#, don't, e-mail
     r"|[^\W_]+"  # alphanumerics: python3, gpt4, 5g
     r"|[-+*/^]",  # arithmetic, kept only between numbers or variables (see _tokens)
     re.UNICODE | re.IGNORECASE,
 )
 _ARITHMETIC = frozenset("-+*/^")
+# Where a clause ends: punctuation before a space or the end, or a free-standing dash.
+_CLAUSE = re.compile(r"[,;:.!?()]+(?:\s|$)|\s[-\u2013\u2014]+\s")
+# Words after which a question word still opens a question ("at what age", "do you know
+# when"), as offsets just past them in a clause's joined words.
+_CUE_OPENERS = r"\b(?:" + "|".join(sorted(lexicon.CUE_OPENERS)) + r") "
+_WITHOUT = re.compile(r"\bw/o\b", re.IGNORECASE)
 _NUMERIC = re.compile(r"^\d+(?:[.,]\d+)*(?:st|nd|rd|th|k)?$")
 _NUMBER_WITH_UNIT = re.compile(r"^(\d+(?:\.\d+)?)([a-z]+)$")
 # Text a question operates on: 'single', "double", `back` or curly quotes (an apostrophe
@@ -72,9 +79,9 @@ class Features:
     asked_units: frozenset[str]  # units asked for: "how many miles", "what percent"
     content: tuple[str, ...]  # stems of the non-stopwords, in order
     content_at: tuple[int, ...]  # where each content word sits in `words`
-    negations: int
+    negated: tuple[tuple[str, ...], ...]  # for each negation, the content words it negates
     entities: frozenset[str]  # canonical entity names
-    roles: dict[str, str]  # anchor -> "src" | "dst" for directed phrases
+    roles: dict[str, str]  # anchor -> "src" | "dst", "agent" | "patient", "replaced" ...
     qtype: str
     noncommutative: bool
     particles: frozenset[tuple[str, str]]  # (verb stem, particle): ("turn", "on")
@@ -125,6 +132,7 @@ def _strip_possessive(word: str) -> str:
 def _tokens(text: str) -> list[tuple[str, str]]:
     """(original, lower-case) tokens; curly apostrophes normalised."""
     text = unicodedata.normalize("NFKC", text).replace("\u2019", "'")
+    text = _WITHOUT.sub("without", text)
     tokens: list[tuple[str, str]] = []
     for match in _TOKEN.finditer(text):
         original = match.group()
@@ -219,13 +227,31 @@ def _negative(word: str) -> bool:
     return word in lexicon.NEGATIONS or word.endswith("n't")
 
 
-def _negations(words: list[str]) -> int:
-    # "without losing the changes" asks to keep them, and "won't stop running" says it
-    # keeps running: two negatives, no negation.
-    return sum(
-        _negative(w) and not _without_loss(words, i) and words[i + 1 : i + 2] != ["stop"]
-        for i, w in enumerate(words)
-    )
+def _affix_negated(word: str) -> str | None:
+    """The word a negating affix negates: "visa-free" says "without a visa", "non-empty"
+    says "not empty"."""
+    head, _, tail = word.rpartition("-")
+    if tail == "free" and head.isalpha():
+        return head
+    if head == "non" and tail.isalpha():
+        return tail
+    return None
+
+
+def _negated(words: list[str], content_at: list[int], content: list[str]) -> list[tuple[str, ...]]:
+    """Each negation with the content words in its scope: the next SCOPE words after it
+    ("hasn't been merged": merged), nothing for a closing "or not" / "yes or no"."""
+    scopes: list[tuple[str, ...]] = []
+    for i, word in enumerate(words):
+        affixed = _affix_negated(word)
+        if affixed is not None:
+            scopes.append((_content_word(affixed),))
+        # "without losing the changes" asks to keep them, and "won't stop running" says
+        # it keeps running: two negatives, no negation.
+        elif _negative(word) and not _without_loss(words, i) and words[i + 1 : i + 2] != ["stop"]:
+            after = [c for at, c in zip(content_at, content, strict=True) if at > i and c != "not"]
+            scopes.append(tuple(after[:SCOPE]))
+    return scopes
 
 
 def _timing(words: list[str]) -> set[str]:
@@ -283,8 +309,9 @@ def _entities(tokens: list[tuple[str, str]], words: list[str]) -> set[str]:
 
 
 def _roles(words: list[str]) -> dict[str, str]:
-    """Direction of "A to B", "from A", "A than B": anchors (content words) get a source or
-    destination role; an anchor seen in both roles is dropped as ambiguous."""
+    """Direction of "A to B", "from A", "A than B", who does what in "who did A beat",
+    what replaces what: anchors (content words) get a role; an anchor seen in two roles
+    is dropped as ambiguous."""
     roles: dict[str, set[str]] = {}
 
     def canonical(word: str) -> str:
@@ -338,6 +365,18 @@ def _roles(words: list[str]) -> dict[str, str]:
         elif word == "from":
             mark(anchor(i - 1, -1), "dst")
             mark(anchor(i + 1, 1), "src")
+        elif word == "of" and words[i - 1 : i] == ["out"]:  # "copy a file out of a container"
+            mark(anchor(i + 1, 1), "src")
+        # "who did South Africa beat" asks whom South Africa beat; "who beat South Africa"
+        # who beat it: the same name is the agent in one, the patient in the other.
+        elif word in {"who", "whom", "which"}:
+            # "which team did X beat": the verb follows the noun.
+            at = i + 2 if word == "which" else i + 1
+            verb = words[at] if at + 1 < len(words) else None
+            if verb in lexicon.DOING_AUXILIARIES:
+                mark(anchor(at + 1, 1), "agent")
+            elif verb not in lexicon.STOPWORDS and verb not in lexicon.CLAUSE_BREAKS:
+                mark(anchor(at + 1, 1), "patient")
         elif word in lexicon.DIRECTIONAL_TO and (has_from or lexicon.MOTION_WORDS & set(words)):
             if not has_from:
                 mark(anchor(i - 1, -1), "src")
@@ -364,17 +403,27 @@ def _roles(words: list[str]) -> dict[str, str]:
     return {word: next(iter(r)) for word, r in roles.items() if len(r) == 1}
 
 
-def _question_type(words: list[str]) -> str:
-    """The type whose cue comes first ("when did the man who..." is a when-question)."""
-    text = " ".join(words)
-    best, best_at = "other", len(text) + 1
-    for qtype, pattern in lexicon.QUESTION_TYPES:
-        match = re.search(pattern, text)
-        if match and match.start() < best_at:
-            best, best_at = qtype, match.start()
-    if best in {"count", "amount"} and lexicon.PRICE_WORDS & set(words):
-        return "price"
-    return best
+def _question_type(text: str) -> str:
+    """The type whose cue comes first ("when did the man who..." is a when-question). A cue
+    counts where it opens a clause, or follows a preposition or a verb of asking ("at what
+    age", "do you know when"); elsewhere "when", "where" and "whose" join a clause to a
+    noun or verb ("stays visible when I scroll", "a circle whose radius is 5")."""
+    for clause in _CLAUSE.split(text):
+        words = [_strip_possessive(lower) for _, lower in _tokens(clause)]
+        joined = " ".join(words)
+        opens = {0} | {m.end() for m in re.finditer(_CUE_OPENERS, joined)}
+        best, best_at = "other", len(joined) + 1
+        for qtype, pattern in lexicon.QUESTION_TYPES:
+            for match in re.finditer(pattern, joined):
+                if match.start() in opens and match.start() < best_at:
+                    best, best_at = qtype, match.start()
+                    break
+        if best == "other":
+            continue
+        if best in {"count", "amount"} and lexicon.PRICE_WORDS & set(words):
+            return "price"
+        return best
+    return "other"
 
 
 def _stem_map(pairs: list[tuple[str, str]]) -> dict[str, set[str]]:
@@ -399,6 +448,9 @@ ENTITY_PARENT_STEMS = {stem(kind): stem(parent) for kind, parent in lexicon.ENTI
 # Longest phrase the order rule sees trading places ("Thomas Jefferson"): longer runs
 # are clauses moved around, not two names swapped.
 MAX_SWAPPED = 3
+# Content words a negation reaches: "no longer have access" negates access, "hasn't been
+# merged" merged; two, because the first is often a particle or adverb.
+SCOPE = 2
 
 
 def _content_word(word: str) -> str:
@@ -449,10 +501,10 @@ def features(text: str) -> Features:
         ),
         content=tuple(content),
         content_at=tuple(content_at),
-        negations=_negations(words),
+        negated=tuple(_negated(words, content_at, content)),
         entities=frozenset(_entities(tokens, words)),
         roles=_roles(words),
-        qtype=_question_type(words),
+        qtype=_question_type(text),
         noncommutative=bool(lexicon.NONCOMMUTATIVE & set(words)) or "/" in text,
         particles=frozenset(
             (stem(v), p)
@@ -475,7 +527,14 @@ def _fmt(values: object) -> str:
 def _mentions(f: Features, entity: str) -> bool:
     if entity in f.entities:
         return True
-    return all(part in f.words or stem(part) in f.stems for part in entity.split())
+    # A plural names the same thing ("IP addresses" and "IPs").
+    return all(
+        part in f.words
+        or stem(part) in f.stems
+        or f"{part}s" in f.words
+        or (part.endswith("s") and part[:-1] in f.words)
+        for part in entity.split()
+    )
 
 
 def _initials_match(acronym: str, words: tuple[str, ...], start: int) -> list[str]:
@@ -521,6 +580,21 @@ def _alike(x: str, y: str) -> bool:
         or ENTITY_PARENT_STEMS.get(x) == y
         or ENTITY_PARENT_STEMS.get(y) == x
     )
+
+
+def _implied_negatives(f: Features) -> set[str]:
+    """Verbs that carry a negation, unless negated themselves ("won't stop barking")."""
+    return {
+        stem(w)
+        for i, w in enumerate(f.words)
+        if stem(w) in IMPLIED_NEGATIVES and not (i and _negative(f.words[i - 1]))
+    }
+
+
+def _anchored_negations(f: Features, other: Features) -> int:
+    """How many of f's negations negate a word the other question mentions."""
+    said = [word for word in other.content if word != "not"]
+    return sum(any(_alike(w, s) for w in scope for s in said) for scope in f.negated)
 
 
 def _exchange_verdict(
@@ -705,12 +779,19 @@ class Guard:
 
     @staticmethod
     def _negation(a: Features, b: Features) -> Verdict | None:
-        if a.negations % 2 == b.negations % 2:
+        """One question negates what the other asks plainly ("a branch that has been
+        merged" vs "hasn't been merged"). Only a negation of words the other question
+        also uses counts: "not blank" for "non-empty", "didn't arrive" for "missing" say
+        the same thing in other words."""
+        if len(a.negated) % 2 == len(b.negated) % 2:
+            return None
+        count_a, count_b = _anchored_negations(a, b), _anchored_negations(b, a)
+        if count_a % 2 == count_b % 2:
             return None
         # The other side may say it with a verb that carries the negation ("to not pay
         # the fee" vs "to avoid the fee"), as long as the negated side does not use it too.
-        plain, negated = (a, b) if a.negations % 2 == 0 else (b, a)
-        if (plain.stems - negated.stems) & IMPLIED_NEGATIVES:
+        plain, negated = (a, b) if count_a % 2 == 0 else (b, a)
+        if _implied_negatives(plain) - negated.stems:
             return None
         return Verdict(False, "negation", "one question is negated, the other is not")
 
@@ -765,7 +846,11 @@ class Guard:
         # Only a modifier if it directly precedes that word in the text, and that is not a
         # number ("calculate 15% of 80", "convert 100 °F" only reword the request).
         adjacent = long.content_at[p + 1] == long.content_at[p] + 1
-        if adjacent and added.replace("-", "").isalpha() and not following[:1].isdigit():
+        word = long.words[long.content_at[p]]
+        # An adverb ("technically fruits") or a verb of asking ("define X") only rewords.
+        rewording = word in lexicon.NON_NARROWING or word.endswith("ly")
+        narrowing = added.replace("-", "").isalpha() and not following[:1].isdigit()
+        if adjacent and narrowing and not rewording:
             return Verdict(False, "modifier", f"{added!r} added before {following!r}")
         return None
 

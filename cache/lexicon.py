@@ -105,13 +105,16 @@ NEGATIONS = frozenset(
         "not", "no", "never", "none", "nobody", "nothing", "nowhere", "neither", "nor",
         "without", "cannot", "cant", "dont", "doesnt", "didnt", "isnt", "arent", "wasnt",
         "werent", "wont", "wouldnt", "shouldnt", "couldnt", "havent", "hasnt", "hadnt",
-        "unable", "fail", "fails", "failed", "failing",
+        "unable", "fail", "fails", "failed", "failing", "unless",
     }
 )
 # Verbs that carry a negation: "to avoid the fee" is "to not pay the fee", "my bulb
 # ignores commands" is "my bulb is not responding", "forgot" is "can't remember".
 IMPLIED_NEGATIVES = frozenset(
-    {"avoid", "ignore", "forget", "forgot", "forgotten", "skip", "prevent", "refuse", "lack"}
+    {
+        "avoid", "ignore", "forget", "forgot", "forgotten", "skip", "prevent", "refuse", "lack",
+        "lost", "lose", "missing", "stop", "stopped", "empty",
+    }
 )
 # "without losing the changes" asks to keep them: a negation that cancels out.
 LOSS_VERBS = frozenset(
@@ -163,6 +166,7 @@ ANTONYM_PAIRS: list[tuple[str, str]] = [
     ("next", "previous"), ("ahead", "behind"), ("top", "bottom"), ("front", "back"),
     ("upper", "lower"), ("odd", "even"), ("acidic", "alkaline"), ("acid", "base"),
     ("visible", "invisible"), ("domestic", "international"), ("weekday", "weekend"),
+    ("keep", "discard"), ("keep", "throw"), ("give", "receive"), ("giving", "receiving"),
     ("raw", "cooked"), ("uncooked", "cooked"), ("fresh", "frozen"), ("maximize", "minimize"),
     ("overestimate", "underestimate"), ("overweight", "underweight"), ("rich", "poor"),
     ("strong", "weak"), ("thick", "thin"), ("tight", "loose"), ("expand", "collapse"),
@@ -385,6 +389,8 @@ ENTITY_ALIASES: dict[str, str] = {
     "motrin": "ibuprofen", "aleve": "naproxen", "vs code": "vscode",
     "visual studio code": "vscode", "ms excel": "excel", "amazon web services": "aws",
     "google cloud": "gcp", "american": "united states", "americans": "united states",
+    "british": "united kingdom", "oscar": "academy awards", "oscars": "academy awards",
+    "academy award": "academy awards", "academy awards": "academy awards",
     "holland": "netherlands", "the netherlands": "netherlands", "czechia": "czech republic",
 }
 
@@ -434,7 +440,7 @@ SYMMETRIC = frozenset(
 GENITIVE_WORDS = frozenset({"of", "for"})
 # Words an acronym's letters skip: "USA" spells "United States of America".
 ACRONYM_SKIPPED = frozenset({"of", "and", "the", "&", "for"})
-DIRECTION_WORDS = frozenset({"to", "from", "into", "towards", "toward"})
+DIRECTION_WORDS = frozenset({"to", "from", "into", "onto", "towards", "toward"})
 ARTICLES = frozenset({"a", "an", "the"})
 # Words that open a condition or scope tacked onto a whole question ("... at high
 # altitude", "... while roaming", "... on the free plan", "... bought during the sale").
@@ -447,7 +453,29 @@ QUALIFIER_OPENERS = frozenset(
 )
 # Question words: after one, a tail is a new clause ("iphone not charging, how to fix"),
 # not a qualifier.
+# Verbs of asking, seeming or going on, added before what a question is about ("define
+# photosynthesis", "why does the sky look blue", "my dog keeps eating grass"): they do
+# not narrow it the way a modifier does.
+NON_NARROWING = frozenset(
+    {
+        "define", "explain", "describe", "say", "mean", "means", "meaning", "represent",
+        "represents", "look", "looks", "seem", "seems", "keep", "keeps", "track", "show",
+        "find", "give", "list",
+    }
+)
+# Words after which a question word opens a question rather than joining a clause:
+# prepositions ("at what age"), conjunctions ("and when"), verbs of asking or knowing
+# ("do you know when", "not sure how").
+CUE_OPENERS = frozenset(
+    {
+        "at", "by", "from", "in", "on", "of", "for", "to", "with", "about", "since", "until",
+        "out", "and", "or", "but", "so", "then", "know", "tell", "ask", "asking", "wonder",
+        "wondering", "explain", "idea", "sure", "unsure", "curious", "confused",
+    }
+)
 QUESTION_WORDS = frozenset({"how", "what", "why", "which", "where", "when", "who"})
+# Auxiliaries after which a question word is the object: "who did X beat".
+DOING_AUXILIARIES = frozenset({"did", "does", "do", "will", "would", "can", "could", "should"})
 CLAUSE_BREAKS = frozenset({"and", "or", "but", "because", "while", "if", "so", "vs", "versus"})
 COMPARATIVE_WORDS = frozenset(
     {
@@ -456,7 +484,7 @@ COMPARATIVE_WORDS = frozenset(
         "lighter", "stronger", "weaker", "safer", "harder", "easier",
     }
 )
-DIRECTIONAL_TO = frozenset({"to", "into", "towards", "toward"})
+DIRECTIONAL_TO = frozenset({"to", "into", "onto", "towards", "toward"})
 # "A to B" is directed only in sentences about moving or converting something.
 MOTION_WORDS = frozenset(
     {
@@ -481,13 +509,28 @@ NONCOMMUTATIVE = frozenset(
 
 _TIME_UNITS = "seconds|minutes|hours|days|weeks|months|years"
 _LENGTH_UNITS = "miles|kilometers|kilometres|km|meters|metres|feet|inches|yards"
+_DURATION_NOUNS = (
+    "duration|lifespan|life span|lifetime|runtime|run time|processing time|delivery time"
+    "|shipping time|turnaround time|wait time|waiting time|transit time|boiling time"
+)
+# Nouns for whoever did or holds something: "which composer wrote ..." asks who wrote it.
+_AGENT_NOUNS = (
+    "person|people|company|country|nation|team|club|player|athlete|actor|actress|singer"
+    "|band|author|writer|novelist|poet|composer|artist|painter|president|scientist"
+    "|inventor|director|character|man|woman|king|queen|emperor|ruler|leader"
+)
 # (question type, regex over the lower-cased words). The earliest cue wins, ties go to
 # the first listed; "what"/"which" count only when no other cue is present.
 QUESTION_TYPES: list[tuple[str, str]] = [
     ("frequency", r"\bhow (often|frequently)\b|\bhow many times\b"),
     # "how far in advance" and "what's the last day" ask for a time, not a distance.
     ("when", r"\bhow long (until|till)\b|\bhow far (in advance|ahead)\b"),
-    ("duration", rf"\bhow long\b|\bhow many ({_TIME_UNITS})\b"),
+    # "what's the typical processing time" asks how long, like "how long does it take".
+    (
+        "duration",
+        rf"\bhow long\b|\bhow many ({_TIME_UNITS})\b"
+        rf"|\bwhat(?:'s| is| are)? the (\w+ ){{0,2}}({_DURATION_NOUNS})\b",
+    ),
     (
         "distance",
         rf"\bhow far\b|\bhow many ({_LENGTH_UNITS})\b|\bwhat(?: is|'s)? the distance\b",
@@ -496,20 +539,20 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     # "how much is a flight" asks a price; "how much sugar is in" an amount.
     ("price", r"\bhow much (is|are|was|were|will|would)\b"),
     ("amount", r"\bhow much\b|\bwhat(?: is|'s)? the amount of\b"),
-    ("age", r"\bhow old\b|\bwhat(?:'s| is)? the (\w+ ){0,2}age\b"),
+    ("age", r"\bhow old\b|\bwhat(?:'s| is)? the (\w+ ){0,2}age\b|\bwhat age\b"),
     # "where can I enter a code" asks for a procedure, like "how do I enter a code".
     ("how", r"\bwhere (can|do|should|would|could) (i|we|you)\b"),
-    # Teams and countries win and host things: "which country won" asks who won.
+    # Teams and countries win and host things: "which country won" asks who won, and
+    # "which male tennis player" who holds a record.
     (
         "who",
-        r"\b(who|whom|whose)\b|\bwhich (person|company|country|team|player|actor|actress"
-        r"|singer|band|author|writer|artist|president|scientist)\b",
+        rf"\b(who|whom|whose)\b|\b(which|what(?:'s| is)?) (\w+ ){{0,3}}?({_AGENT_NOUNS})\b",
     ),
     # "when should I use X" asks for conditions, like "how do I choose X".
     ("how", r"\bwhen (should|do|would|can) (i|you|we) use\b"),
     (
         "when",
-        r"\bwhen\b|\bwhat (time(?! zone)|year|date|day|month|age)\b"
+        r"\bwhen\b|\bwhat (time(?! zone)|year|date|day|month)\b"
         r"|\bwhat(?:'s| is)? the (last|first|earliest|latest) (day|date)\b"
         r"|\bwhich (year|date|day|month)\b|\bwhat(?:'s| is)? the (best|right|ideal) time\b",
     ),
@@ -517,7 +560,9 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     (
         "why",
         r"\bwhy\b|\bhow come\b|\bwhat(?: is|'s| are)? the (reasons?|causes?) (for|why|that|of)\b"
-        r"|\bwhat (causes|caused|makes|made)\b|\breasons? for\b",
+        r"|\bwhat(?:'s| is| could be| might be)? (causes|caused|causing|makes|made|leads? to"
+        r"|led to)\b"
+        r"|\breasons? for\b",
     ),
     ("how", r"\bhow\b"),
     ("what", r"\b(what|which|what's)\b"),

@@ -94,6 +94,19 @@ NEAR_MISSES = [
         {"order"},
     ),
     ("Replace butter with oil in brownies?", "use butter in place of oil in brownies?", {"order"}),
+    ("Are there sugar-free sodas?", "Are there sodas with sugar?", {"negation"}),
+    ("Which team did Brazil beat in 2002?", "Which team beat Brazil in 2002?", {"order"}),
+    ("Who did Spain beat in the final?", "Who beat Spain in the final?", {"order"}),
+    (
+        "move a file from my laptop onto a USB stick",
+        "move a file out of a USB stick onto my laptop",
+        {"order"},
+    ),
+    (
+        "How do I clear the cache but keep my logins?",
+        "How do I clear the cache and discard my logins?",
+        {"polarity"},
+    ),
 ]
 
 PARAPHRASES = [
@@ -147,6 +160,28 @@ PARAPHRASES = [
     ("What is the last day to register to vote?", "when can I register to vote until"),
     ("What is the drinking age in Spain?", "how old do you have to be to drink in spain"),
     ("my baby won't stop crying, what do I do", "how do I calm a crying baby"),
+    # A negation that reaches words the other question never uses is rewording.
+    ("count rows that are not blank in excel", "excel count non-empty rows"),
+    ("Is 97 a prime number?", "is the number 97 prime or not"),
+    ("Can Canadians visit Mexico without a visa?", "can canadians visit mexico visa-free"),
+    ("how to wash a car without soap", "soap-free way to wash a car"),
+    ("Can I enter the building w/o a badge?", "can i enter the building without a badge"),
+    ("Why did my laptop stop charging?", "my laptop won't charge, why?"),
+    # A question word inside a clause joins it, it does not ask.
+    ("How do I pin a tab in Chrome?", "chrome pin a tab so it stays open when i restart"),
+    # "Which composer" and "what's the typical lifespan" ask who and how long.
+    ("Who wrote the Moonlight Sonata?", "The Moonlight Sonata was written by which composer?"),
+    ("How long do hamsters live?", "What's the typical lifespan of a hamster?"),
+    ("Why do onions make you cry?", "what makes onions cause tears when cutting them"),
+    (
+        "At what age can kids ride in the front seat?",
+        "how old must a child be to ride in the front seat",
+    ),
+    # A verb of asking or an adverb before the topic does not narrow it.
+    ("What is osmosis?", "define osmosis"),
+    ("Is a peanut a nut?", "is a peanut technically a nut"),
+    ("How do I restart a deployment in Kubernetes?", "k8s restart deployment"),
+    ("How do I whitelist IPs in nginx?", "how do i whitelist ip addresses in nginx"),
 ]
 
 
