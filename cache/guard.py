@@ -846,9 +846,8 @@ class Guard:
         # Only a modifier if it directly precedes that word in the text, and that is not a
         # number ("calculate 15% of 80", "convert 100 °F" only reword the request).
         adjacent = long.content_at[p + 1] == long.content_at[p] + 1
-        word = long.words[long.content_at[p]]
-        # An adverb ("technically fruits") or a verb of asking ("define X") only rewords.
-        rewording = word in lexicon.NON_NARROWING or word.endswith("ly")
+        # A hedge ("technically fruits") or a verb of asking ("define X") only rewords.
+        rewording = long.words[long.content_at[p]] in lexicon.NON_NARROWING
         narrowing = added.replace("-", "").isalpha() and not following[:1].isdigit()
         if adjacent and narrowing and not rewording:
             return Verdict(False, "modifier", f"{added!r} added before {following!r}")

@@ -453,14 +453,15 @@ QUALIFIER_OPENERS = frozenset(
 )
 # Question words: after one, a tail is a new clause ("iphone not charging, how to fix"),
 # not a qualifier.
-# Verbs of asking, seeming or going on, added before what a question is about ("define
-# photosynthesis", "why does the sky look blue", "my dog keeps eating grass"): they do
-# not narrow it the way a modifier does.
+# Verbs of asking, seeming or going on, and hedges, added before what a question is
+# about ("define photosynthesis", "why does the sky look blue", "my dog keeps eating
+# grass", "technically a fruit"): they do not narrow it the way a modifier does. Not
+# every -ly word: "monthly plan" and "family pool" are narrower.
 NON_NARROWING = frozenset(
     {
         "define", "explain", "describe", "say", "mean", "means", "meaning", "represent",
         "represents", "look", "looks", "seem", "seems", "keep", "keeps", "track", "show",
-        "find", "give", "list",
+        "find", "give", "list", "technically", "literally", "officially", "still", "ever",
     }
 )
 # Words after which a question word opens a question rather than joining a clause:

@@ -95,6 +95,8 @@ NEAR_MISSES = [
     ),
     ("Replace butter with oil in brownies?", "use butter in place of oil in brownies?", {"order"}),
     ("Are there sugar-free sodas?", "Are there sodas with sugar?", {"negation"}),
+    # An -ly word can narrow: "monthly" is no hedge like "technically".
+    ("How much does the plan cost?", "How much does the monthly plan cost?", {"modifier"}),
     ("Which team did Brazil beat in 2002?", "Which team beat Brazil in 2002?", {"order"}),
     ("Who did Spain beat in the final?", "Who beat Spain in the final?", {"order"}),
     (
