@@ -20,6 +20,7 @@ rejection names its rule so the dry run can explain it.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -108,8 +109,13 @@ def stem(word: str) -> str:
 @lru_cache(maxsize=16384)
 def _number_value(token: str) -> float | None:
     if re.fullmatch(r"\d+/\d+", token):
-        num, den = token.split("/")
-        return float(num) / float(den) if int(den) else None
+        num, den = (int(part) for part in token.split("/"))
+        if not den:
+            return None
+        # A fraction in lowest terms is a quantity ("3/4 cup" = "0.75 cups"); one that is
+        # not is a notation (a 6/8 time signature, 20/20 vision) that only its own digits
+        # match: a negative value, which no number written out ever takes.
+        return num / den if math.gcd(num, den) == 1 else -float(num * 1000 + den)
     if _NUMERIC.match(token):
         scale = 1000.0 if token.endswith("k") else 1.0
         digits = re.sub(r"(st|nd|rd|th|k)$", "", token)
@@ -403,11 +409,12 @@ def _roles(words: list[str]) -> dict[str, str]:
     return {word: next(iter(r)) for word, r in roles.items() if len(r) == 1}
 
 
-def _question_type(text: str) -> str:
+def _question_type(text: str, text_words: list[str]) -> str:
     """The type whose cue comes first ("when did the man who..." is a when-question). A cue
     counts where it opens a clause, or follows a preposition or a verb of asking ("at what
     age", "do you know when"); elsewhere "when", "where" and "whose" join a clause to a
-    noun or verb ("stays visible when I scroll", "a circle whose radius is 5")."""
+    noun or verb ("stays visible when I scroll", "a circle whose radius is 5"). With no
+    cue, `text_words` (the whole text's) may still ask yes or no."""
     for clause in _CLAUSE.split(text):
         words = [_strip_possessive(lower) for _, lower in _tokens(clause)]
         joined = " ".join(words)
@@ -423,7 +430,26 @@ def _question_type(text: str) -> str:
         if best in {"count", "amount"} and lexicon.PRICE_WORDS & set(words):
             return "price"
         return best
-    return "other"
+    return _yes_or_no(text_words) or "other"
+
+
+def _yes_or_no(text_words: list[str]) -> str | None:
+    """A question with no question word that opens with an auxiliary asks yes or no, a
+    different answer from how much or when: "whether" a fact holds ("does the app support
+    dark mode", which "how do I turn on dark mode" is not), else "yes/no" ("can I cancel
+    online", near enough to "how can I cancel online"). Not requests ("can you check my
+    order"), questions whether a thing exists ("is there a limit": the limit) nor
+    questions between alternatives ("is it the landlord's job or mine")."""
+    words = list(text_words)
+    while words and words[0] in lexicon.GREETINGS:
+        words.pop(0)
+    if len(words) < 2 or words[0] not in lexicon.POLAR_AUXILIARIES:
+        return None
+    if (words[0] in lexicon.REQUEST_AUXILIARIES and words[1] == "you") or words[1] == "there":
+        return None
+    if any(w == "or" and nxt != "not" for w, nxt in itertools.pairwise([*words, ""])):
+        return None
+    return "whether" if words[0] in lexicon.DO_AUXILIARIES else "yes/no"
 
 
 def _stem_map(pairs: list[tuple[str, str]]) -> dict[str, set[str]]:
@@ -504,7 +530,7 @@ def features(text: str) -> Features:
         negated=tuple(_negated(words, content_at, content)),
         entities=frozenset(_entities(tokens, words)),
         roles=_roles(words),
-        qtype=_question_type(text),
+        qtype=_question_type(text, words),
         noncommutative=bool(lexicon.NONCOMMUTATIVE & set(words)) or "/" in text,
         particles=frozenset(
             (stem(v), p)
@@ -520,8 +546,17 @@ def features(text: str) -> Features:
 def _fmt(values: object) -> str:
     if isinstance(values, tuple | list | set | frozenset):
         items = sorted(values) if isinstance(values, set | frozenset) else list(values)
-        return "{" + ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in items) + "}"
+        return "{" + ", ".join(_fmt_value(v) for v in items) + "}"
     return str(values)
+
+
+def _fmt_value(value: object) -> str:
+    if not isinstance(value, float):
+        return str(value)
+    if value < 0:  # a fraction kept as a notation (see _number_value)
+        num, den = divmod(int(-value), 1000)
+        return f"{num}/{den}"
+    return f"{value:g}"
 
 
 def _mentions(f: Features, entity: str) -> bool:

@@ -542,7 +542,7 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     ("amount", r"\bhow much\b|\bwhat(?: is|'s)? the amount of\b"),
     ("age", r"\bhow old\b|\bwhat(?:'s| is)? the (\w+ ){0,2}age\b|\bwhat age\b"),
     # "where can I enter a code" asks for a procedure, like "how do I enter a code".
-    ("how", r"\bwhere (can|do|should|would|could) (i|we|you)\b"),
+    ("how", r"\bwhere (\w+ ){0,3}?(can|do|should|would|could) (i|we|you)\b"),
     # Teams and countries win and host things: "which country won" asks who won, and
     # "which male tennis player" who holds a record.
     (
@@ -553,14 +553,14 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     ("how", r"\bwhen (should|do|would|can) (i|you|we) use\b"),
     (
         "when",
-        r"\bwhen\b|\bwhat (time(?! zone)|year|date|day|month)\b"
+        r"\bwhen\b|\bwhat (times?(?! zone)|years?|dates?|days?|months?)\b"
         r"|\bwhat(?:'s| is)? the (last|first|earliest|latest) (day|date)\b"
         r"|\bwhich (year|date|day|month)\b|\bwhat(?:'s| is)? the (best|right|ideal) time\b",
     ),
     ("where", r"\bwhere\b|\b(what|which) (place|location|store|website)\b"),
     (
         "why",
-        r"\bwhy\b|\bhow come\b|\bwhat(?: is|'s| are)? the (reasons?|causes?) (for|why|that|of)\b"
+        r"\bwhy\b|\bhow come\b|\bwhat(?: is|'s| are)? the (\w+ )?(reasons?|causes?)\b"
         r"|\bwhat(?:'s| is| could be| might be)? (causes|caused|causing|makes|made|leads? to"
         r"|led to)\b"
         r"|\breasons? for\b",
@@ -568,6 +568,17 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     ("how", r"\bhow\b"),
     ("what", r"\b(what|which|what's)\b"),
 ]
+# Auxiliaries that open a yes/no question; "can you ..." and the like open requests.
+POLAR_AUXILIARIES = frozenset(
+    {
+        "can", "could", "is", "are", "am", "was", "were", "do", "does", "did", "should", "shall",
+        "will", "would", "may", "might", "has", "have", "had", "must", "isn't", "aren't",
+        "don't", "doesn't", "can't", "won't", "shouldn't",
+    }
+)
+REQUEST_AUXILIARIES = frozenset({"can", "could", "would", "will"})
+DO_AUXILIARIES = frozenset({"do", "does", "did", "don't", "doesn't"})
+GREETINGS = frozenset({"hey", "hi", "hello", "so", "ok", "okay", "please", "quick", "question"})
 # Words that turn a how-much/how-many question into a question about price.
 PRICE_WORDS = frozenset(
     {
@@ -584,6 +595,12 @@ COMPATIBLE_QUESTION_TYPES = frozenset(
             ("what", "how"), ("what", "count"), ("what", "amount"), ("what", "price"),
             ("count", "amount"), ("amount", "duration"), ("amount", "distance"),
             ("count", "frequency"), ("count", "duration"),
+            # "is X bad for Y" / "why is X bad for Y", "can I X" / "how can I X".
+            ("yes/no", "what"), ("yes/no", "how"), ("yes/no", "why"), ("yes/no", "whether"),
+            ("whether", "what"), ("whether", "why"),
+            # "when do babies start walking" / "at what age"; "how long do I have to claim"
+            # / "what's the deadline for claims".
+            ("when", "age"), ("duration", "what"),
         ]
     }
 )
@@ -674,7 +691,7 @@ SYNONYM_GROUPS: list[set[str]] = [
     # Common English synonyms.
     {"largest", "biggest"}, {"larger", "bigger", "over", "above", "greater"},
     {"closest", "nearest"},
-    {"closer", "nearer"}, {"smallest", "tiniest"}, {"toxic", "poisonous"},
+    {"closer", "nearer"}, {"smallest", "tiniest"}, {"toxic", "poisonous", "poison"}, {"age", "old"},
     {"flash", "blink"}, {"annual", "annually", "yearly"}, {"restart", "reboot"},
     {"times", "x", "multiplied"}, {"load", "read", "open"}, {"quit", "stop", "exit"},
     {"rich", "wealthy"}, {"smart", "intelligent", "clever"}, {"ill", "sick"},

@@ -109,6 +109,17 @@ NEAR_MISSES = [
         "How do I clear the cache and discard my logins?",
         {"polarity"},
     ),
+    (
+        "Can I bring my dog on the train?",
+        "How much does it cost to bring my dog on the train?",
+        {"question_type"},
+    ),
+    (
+        "Does the library open on Sundays?",
+        "When does the library open on Sundays?",
+        {"question_type"},
+    ),
+    ("How do I count a 6/8 rhythm?", "How do I count a 3/4 rhythm?", {"numbers"}),
 ]
 
 PARAPHRASES = [
@@ -184,6 +195,13 @@ PARAPHRASES = [
     ("Is a peanut a nut?", "is a peanut technically a nut"),
     ("How do I restart a deployment in Kubernetes?", "k8s restart deployment"),
     ("How do I whitelist IPs in nginx?", "how do i whitelist ip addresses in nginx"),
+    # Requests and questions whether a thing exists are no yes/no questions.
+    ("Where is my order 5521?", "can you track my order 5521"),
+    ("How long is the warranty on this laptop?", "is there a warranty period on this laptop"),
+    ("Can I cancel my subscription online?", "how can I cancel my subscription online"),
+    ("add 3/4 cup of sugar", "add 0.75 cups of sugar"),
+    ("When do kids lose their baby teeth?", "at what age do kids lose their baby teeth"),
+    ("How long do I have to return a jacket?", "what is the return window for a jacket"),
 ]
 
 
