@@ -525,7 +525,8 @@ _AGENT_NOUNS = (
 QUESTION_TYPES: list[tuple[str, str]] = [
     ("frequency", r"\bhow (often|frequently)\b|\bhow many times\b"),
     # "how far in advance" and "what's the last day" ask for a time, not a distance.
-    ("when", r"\bhow long (until|till)\b|\bhow far (in advance|ahead)\b"),
+    # "how early should I arrive" asks when, too.
+    ("when", r"\bhow long (until|till)\b|\bhow far (in advance|ahead)\b|\bhow (early|late)\b"),
     # "what's the typical processing time" asks how long, like "how long does it take".
     (
         "duration",
@@ -555,6 +556,7 @@ QUESTION_TYPES: list[tuple[str, str]] = [
         "when",
         r"\bwhen\b|\bwhat (times?(?! zone)|years?|dates?|days?|months?)\b"
         r"|\bwhat(?:'s| is)? the (last|first|earliest|latest) (day|date)\b"
+        r"|\bwhat(?:'s| is| are)? the (\w+ ){0,2}dates\b"
         r"|\bwhich (year|date|day|month)\b|\bwhat(?:'s| is)? the (best|right|ideal) time\b",
     ),
     ("where", r"\bwhere\b|\b(what|which) (place|location|store|website)\b"),
@@ -692,6 +694,7 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"largest", "biggest"}, {"larger", "bigger", "over", "above", "greater"},
     {"closest", "nearest"},
     {"closer", "nearer"}, {"smallest", "tiniest"}, {"toxic", "poisonous", "poison"}, {"age", "old"},
+    {"country", "countries", "nation", "nations"},
     {"flash", "blink"}, {"annual", "annually", "yearly"}, {"restart", "reboot"},
     {"times", "x", "multiplied"}, {"load", "read", "open"}, {"quit", "stop", "exit"},
     {"rich", "wealthy"}, {"smart", "intelligent", "clever"}, {"ill", "sick"},

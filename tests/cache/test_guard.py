@@ -202,6 +202,8 @@ PARAPHRASES = [
     ("add 3/4 cup of sugar", "add 0.75 cups of sugar"),
     ("When do kids lose their baby teeth?", "at what age do kids lose their baby teeth"),
     ("How long do I have to return a jacket?", "what is the return window for a jacket"),
+    ("How early should I get to the stadium?", "how far in advance should I get to the stadium"),
+    ("When are property taxes due?", "what are the due dates for property taxes"),
 ]
 
 
