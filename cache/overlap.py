@@ -44,6 +44,10 @@ def word_overlap(a: tuple[str, ...], b: tuple[str, ...]) -> WordOverlap:
 
 
 DEFAULT_CEILING = 0.92
+# The precision the bar is fitted for, over the pairs it decides. 0.97 fitted a bar that
+# was too loose for a set none of the fitted sets had seen (w: 0.940 precision on first
+# score); 0.975 held out gives 0.968 / 0.771 over 26 sets, against 0.963 / 0.799.
+DEFAULT_TARGET_PRECISION = 0.975
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,6 @@ class OverlapBar:
 
 
 # Fitted by `semgate cache fit-overlap --pairs tests/data/cache_pairs*.jsonl`: every
-# labelled set, floor 0.60 (the default threshold), target precision 0.97.
+# labelled set, floor 0.60 (the default threshold), DEFAULT_TARGET_PRECISION.
 # tests/cache/test_overlap_fit.py refits and checks these numbers.
-DEFAULT_BAR = OverlapBar(base=0.353, per_jaccard=0.120, per_sequence=0.705)
+DEFAULT_BAR = OverlapBar(base=0.380, per_jaccard=0.119, per_sequence=0.718)

@@ -82,11 +82,12 @@ def _print_report(r: CalibrationReport) -> None:
 
 def cmd_cache_fit_overlap(args: argparse.Namespace) -> int:
     from cache import DEFAULT_THRESHOLD, Embedder, Guard, load_pairs
-    from cache.overlap import DEFAULT_CEILING
+    from cache.overlap import DEFAULT_CEILING, DEFAULT_TARGET_PRECISION
     from cache.overlap_fit import fit_bar, held_out, measure
 
     floor = DEFAULT_THRESHOLD if args.floor is None else args.floor
     ceiling = DEFAULT_CEILING if args.ceiling is None else args.ceiling
+    target = DEFAULT_TARGET_PRECISION if args.target_precision is None else args.target_precision
 
     files = {str(path): load_pairs(path) for path in args.pairs}
     console = Console(stderr=True)
@@ -98,8 +99,8 @@ def cmd_cache_fit_overlap(args: argparse.Namespace) -> int:
         finally:
             embedder.close()
     rows = [r for rs in measured.values() for r in rs]
-    bar = fit_bar(rows, floor, args.target_precision, ceiling)
-    scores = held_out(measured, floor, args.target_precision, ceiling) if len(files) > 1 else []
+    bar = fit_bar(rows, floor, target, ceiling)
+    scores = held_out(measured, floor, target, ceiling) if len(files) > 1 else []
     if args.json:
         print(json.dumps({"bar": asdict(bar), "held_out": [asdict(s) for s in scores]}, indent=2))
         return 0
@@ -107,7 +108,7 @@ def cmd_cache_fit_overlap(args: argparse.Namespace) -> int:
     out.print(
         f"overlap bar: base={bar.base}, per_jaccard={bar.per_jaccard}, "
         f"per_sequence={bar.per_sequence}, ceiling={bar.ceiling} "
-        f"(floor {floor}, target {args.target_precision})"
+        f"(floor {floor}, target {target})"
     )
     if scores:
         table = Table(
@@ -167,7 +168,12 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         default=None,
         help="the similarity threshold the bar sits above (default: the default threshold)",
     )
-    fit.add_argument("--target-precision", type=float, default=0.97)
+    fit.add_argument(
+        "--target-precision",
+        type=float,
+        default=None,
+        help="the precision the bar is fitted for (default 0.975: see cache/overlap.py)",
+    )
     fit.add_argument(
         "--ceiling",
         type=float,

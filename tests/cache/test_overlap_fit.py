@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cache import DEFAULT_THRESHOLD, Embedder, Guard, load_pairs
-from cache.overlap import DEFAULT_BAR
+from cache.overlap import DEFAULT_BAR, DEFAULT_TARGET_PRECISION
 from cache.overlap_fit import MeasuredPair, fit_bar, held_out, measure
 
 DATA = Path(__file__).parents[1] / "data"
@@ -25,14 +25,14 @@ def measured(embedder: Embedder) -> dict[str, list[MeasuredPair]]:
 
 def test_the_shipped_bar_is_the_fit_of_the_labelled_sets(measured: dict[str, list[MeasuredPair]]):
     rows = [r for rs in measured.values() for r in rs]
-    bar = fit_bar(rows, floor=DEFAULT_THRESHOLD, target_precision=0.97)
+    bar = fit_bar(rows, floor=DEFAULT_THRESHOLD, target_precision=DEFAULT_TARGET_PRECISION)
     assert bar.base == pytest.approx(DEFAULT_BAR.base, abs=0.01)
     assert bar.per_jaccard == pytest.approx(DEFAULT_BAR.per_jaccard, abs=0.01)
     assert bar.per_sequence == pytest.approx(DEFAULT_BAR.per_sequence, abs=0.01)
 
 
 def test_held_out_files_gain_precision_and_keep_recall(measured: dict[str, list[MeasuredPair]]):
-    scores = held_out(measured, floor=DEFAULT_THRESHOLD, target_precision=0.97)
+    scores = held_out(measured, floor=DEFAULT_THRESHOLD, target_precision=DEFAULT_TARGET_PRECISION)
     assert len(scores) == len(measured)
     paraphrases = {name: sum(r.label for r in rows) for name, rows in measured.items()}
 
@@ -52,4 +52,6 @@ def test_held_out_files_gain_precision_and_keep_recall(measured: dict[str, list[
 def test_fitting_needs_both_labels(measured: dict[str, list[MeasuredPair]]):
     only_paraphrases = [r for rs in measured.values() for r in rs if r.label == 1]
     with pytest.raises(ValueError, match="both labels"):
-        fit_bar(only_paraphrases, floor=DEFAULT_THRESHOLD, target_precision=0.97)
+        fit_bar(
+            only_paraphrases, floor=DEFAULT_THRESHOLD, target_precision=DEFAULT_TARGET_PRECISION
+        )
