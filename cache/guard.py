@@ -110,12 +110,10 @@ def stem(word: str) -> str:
 def _number_value(token: str) -> float | None:
     if re.fullmatch(r"\d+/\d+", token):
         num, den = (int(part) for part in token.split("/"))
-        if not den:
-            return None
         # A fraction in lowest terms is a quantity ("3/4 cup" = "0.75 cups"); one that is
-        # not is a notation (a 6/8 time signature, 20/20 vision) that only its own digits
-        # match: a negative value, which no number written out ever takes.
-        return num / den if math.gcd(num, den) == 1 else -float(num * 1000 + den)
+        # not is a notation (a 6/8 time signature, 20/20 vision), a word that only its own
+        # digits match.
+        return num / den if den and math.gcd(num, den) == 1 else None
     if _NUMERIC.match(token):
         scale = 1000.0 if token.endswith("k") else 1.0
         digits = re.sub(r"(st|nd|rd|th|k)$", "", token)
@@ -440,9 +438,7 @@ def _yes_or_no(text_words: list[str]) -> str | None:
     online", near enough to "how can I cancel online"). Not requests ("can you check my
     order"), questions whether a thing exists ("is there a limit": the limit) nor
     questions between alternatives ("is it the landlord's job or mine")."""
-    words = list(text_words)
-    while words and words[0] in lexicon.GREETINGS:
-        words.pop(0)
+    words = list(itertools.dropwhile(lambda w: w in lexicon.GREETINGS, text_words))
     if len(words) < 2 or words[0] not in lexicon.POLAR_AUXILIARIES:
         return None
     if (words[0] in lexicon.REQUEST_AUXILIARIES and words[1] == "you") or words[1] == "there":
@@ -546,17 +542,8 @@ def features(text: str) -> Features:
 def _fmt(values: object) -> str:
     if isinstance(values, tuple | list | set | frozenset):
         items = sorted(values) if isinstance(values, set | frozenset) else list(values)
-        return "{" + ", ".join(_fmt_value(v) for v in items) + "}"
+        return "{" + ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in items) + "}"
     return str(values)
-
-
-def _fmt_value(value: object) -> str:
-    if not isinstance(value, float):
-        return str(value)
-    if value < 0:  # a fraction kept as a notation (see _number_value)
-        num, den = divmod(int(-value), 1000)
-        return f"{num}/{den}"
-    return f"{value:g}"
 
 
 def _mentions(f: Features, entity: str) -> bool:

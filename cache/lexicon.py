@@ -451,8 +451,6 @@ QUALIFIER_OPENERS = frozenset(
         "via", "and", "inside", "outside", "near", "except", "beyond", "within",
     }
 )
-# Question words: after one, a tail is a new clause ("iphone not charging, how to fix"),
-# not a qualifier.
 # Verbs of asking, seeming or going on, and hedges, added before what a question is
 # about ("define photosynthesis", "why does the sky look blue", "my dog keeps eating
 # grass", "technically a fruit"): they do not narrow it the way a modifier does. Not
@@ -474,6 +472,8 @@ CUE_OPENERS = frozenset(
         "wondering", "explain", "idea", "sure", "unsure", "curious", "confused",
     }
 )
+# Question words: after one, a tail is a new clause ("iphone not charging, how to fix"),
+# not a qualifier.
 QUESTION_WORDS = frozenset({"how", "what", "why", "which", "where", "when", "who"})
 # Auxiliaries after which a question word is the object: "who did X beat".
 DOING_AUXILIARIES = frozenset({"did", "does", "do", "will", "would", "can", "could", "should"})
@@ -694,7 +694,7 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"largest", "biggest"}, {"larger", "bigger", "over", "above", "greater"},
     {"closest", "nearest"},
     {"closer", "nearer"}, {"smallest", "tiniest"}, {"toxic", "poisonous", "poison"}, {"age", "old"},
-    {"country", "countries", "nation", "nations"},
+    {"country", "countries", "nation"},
     {"flash", "blink"}, {"annual", "annually", "yearly"}, {"restart", "reboot"},
     {"times", "x", "multiplied"}, {"load", "read", "open"}, {"quit", "stop", "exit"},
     {"rich", "wealthy"}, {"smart", "intelligent", "clever"}, {"ill", "sick"},

@@ -172,14 +172,15 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         "--target-precision",
         type=float,
         default=None,
-        help="the precision the bar is fitted for (default 0.975: see cache/overlap.py)",
+        help="the precision the bar is fitted for (default: DEFAULT_TARGET_PRECISION in "
+        "cache/overlap.py)",
     )
     fit.add_argument(
         "--ceiling",
         type=float,
         default=None,
-        help="the most similarity the bar asks for (default 0.92, set by hand: see "
-        "cache/overlap.py)",
+        help="the most similarity the bar asks for (default: DEFAULT_CEILING in "
+        "cache/overlap.py, set by hand)",
     )
     fit.add_argument("--json", action="store_true", help="print the bar and scores as JSON")
     fit.set_defaults(func=cmd_cache_fit_overlap)

@@ -14,6 +14,20 @@ DATA = Path(__file__).parents[1] / "data"
 ENV = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {"HF_HUB_OFFLINE": "1"}
 
 
+def semgate_cache(
+    *args: str, timeout: float, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """`semgate cache ARGS` in a child process, its output captured as text."""
+    return subprocess.run(
+        [*SEMGATE, "cache", *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=timeout,
+        check=check,
+    )
+
+
 def test_calibrate_prints_a_json_report(tmp_path: Path):
     pairs = tmp_path / "pairs.jsonl"
     rows = [
@@ -26,14 +40,7 @@ def test_calibrate_prints_a_json_report(tmp_path: Path):
         },
     ]
     pairs.write_text("\n".join(json.dumps(r) for r in rows))
-    out = subprocess.run(
-        [*SEMGATE, "cache", "calibrate", "--pairs", str(pairs), "--json"],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=120,
-        check=True,
-    )
+    out = semgate_cache("calibrate", "--pairs", str(pairs), "--json", timeout=120, check=True)
     report = json.loads(out.stdout)
     assert report["pairs"] == 3 and report["answerable"] == 1
     assert report["with_guard"]["false_hits"] == 0
@@ -44,35 +51,16 @@ def test_calibrate_prints_a_json_report(tmp_path: Path):
 def test_calibrate_rejects_a_bad_file_readably(tmp_path: Path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"cached": "a", "query": "b"}\n')
-    out = subprocess.run(
-        [*SEMGATE, "cache", "calibrate", "--pairs", str(bad)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
-    )
+    out = semgate_cache("calibrate", "--pairs", str(bad), timeout=60)
     assert out.returncode == 2
     assert "bad.jsonl:1" in out.stderr and "label" in out.stderr
-    missing = subprocess.run(
-        [*SEMGATE, "cache", "calibrate", "--pairs", str(tmp_path / "no")],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=60,
-    )
+    missing = semgate_cache("calibrate", "--pairs", str(tmp_path / "no"), timeout=60)
     assert missing.returncode == 2 and "cannot read pairs file" in missing.stderr
 
 
 def test_fit_overlap_prints_the_bar_and_each_file_held_out():
     files = [str(DATA / "cache_pairs.jsonl"), str(DATA / "cache_pairs_holdout.jsonl")]
-    out = subprocess.run(
-        [*SEMGATE, "cache", "fit-overlap", "--pairs", *files, "--json"],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=300,
-        check=True,
-    )
+    out = semgate_cache("fit-overlap", "--pairs", *files, "--json", timeout=300, check=True)
     report = json.loads(out.stdout)
     bar = report["bar"]
     assert bar["ceiling"] == 0.92 and bar["per_sequence"] > 0
@@ -82,12 +70,6 @@ def test_fit_overlap_prints_the_bar_and_each_file_held_out():
 
 
 def test_fit_overlap_refuses_an_unreachable_target_readably():
-    out = subprocess.run(
-        [*SEMGATE, "cache", "fit-overlap", "--pairs", str(DATA / "cache_pairs.jsonl"),
-         "--target-precision", "1.5"],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=300,
-    )  # fmt: skip
+    pairs = str(DATA / "cache_pairs.jsonl")
+    out = semgate_cache("fit-overlap", "--pairs", pairs, "--target-precision", "1.5", timeout=300)
     assert out.returncode == 2 and "no cut of these pairs reaches precision 1.5" in out.stderr
