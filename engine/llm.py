@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import queue
+import subprocess
 import threading
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine, Prompt
+from engine.core_process import (
+    AbortRequest,
+    AddRequest,
+    ClientMessage,
+    CoreOutput,
+    CoreReady,
+    StepReport,
+    start_engine_core,
+)
+from engine.llm_engine import LLMEngine, Prompt, prompt_token_ids
+from engine.loader import load_tokenizer
+from engine.metrics import EngineStats, RequestMetrics
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 
@@ -65,21 +78,40 @@ class LLM:
 
 
 class AsyncLLM:
-    """The engine on a background thread; each request is an async stream of deltas.
+    """The engine for servers: each request is an async stream of deltas.
 
-    Requests and aborts go through thread-safe queues that the engine thread
-    drains between steps, so callers never block on a running step.
+    The step loop runs in a child process (engine/core_process.py). This side tokenizes
+    and validates requests, keeps each request's output so far, and hands the core's
+    per-step deltas to the waiting streams from a reader thread. Requests and aborts
+    are sent at once; the core applies them between steps.
     """
 
     def __init__(self, config: EngineConfig | None = None, **kwargs: Any) -> None:
-        self.engine = LLMEngine(config or EngineConfig(**kwargs))
-        self.tokenizer = self.engine.tokenizer
-        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = {}
-        self._wake = threading.Event()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="semgate-engine", daemon=True)
-        self._thread.start()
+        self.config = config or EngineConfig(**kwargs)
+        self._process, self._conn = start_engine_core(self.config, log.getEffectiveLevel())
+        self.tokenizer = load_tokenizer(self.config.model_path)  # while the core loads
+        ready = self._await_ready()
+        self.max_model_len = ready.max_model_len
+        self.vocab_size = ready.vocab_size
+        self._streams: dict[str, _Stream] = {}
+        self._stats = EngineStats(spec_method=self.config.spec_method)
+        self._send_lock = threading.Lock()
+        self._stopped: str | None = None  # why no request is taken any more
+        self._reader = threading.Thread(
+            target=self._receive, name="semgate-engine-outputs", daemon=True
+        )
+        self._reader.start()
+
+    def _await_ready(self) -> CoreReady:
+        try:
+            message = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._process.wait()
+            raise RuntimeError(f"the engine process exited while loading (code {code})") from None
+        if isinstance(message, BaseException):
+            self._process.wait()
+            raise message
+        return message
 
     async def generate(
         self,
@@ -91,26 +123,31 @@ class AsyncLLM:
         """Streams RequestOutputs (deltas) until finished; leaving early aborts the request.
         Only requests with the same `cache_salt` share prefix-cache blocks."""
         if self._stopped:
-            raise RuntimeError("engine is shut down")
-        seq = self.engine.make_sequence(prompt, params or SamplingParams(), request_id, cache_salt)
-        rid = seq.request_id
+            raise RuntimeError(self._stopped)
+        params = params or SamplingParams()
+        token_ids = prompt_token_ids(
+            prompt, params, self.tokenizer, self.vocab_size, self.max_model_len
+        )
+        rid = request_id or uuid.uuid4().hex
         if rid in self._streams:
             raise ValueError(f"request id {rid!r} is already running")
-        stream: asyncio.Queue[Any] = asyncio.Queue()
-        self._streams[rid] = (asyncio.get_running_loop(), stream)
-        self._send("add", seq)
+        stream = _Stream(rid, asyncio.get_running_loop(), token_ids)
+        self._streams[rid] = stream
+        request = AddRequest(rid, token_ids, params, cache_salt, stream.metrics.arrival_time)
         finished = False
         try:
+            self._send(request)
             while not finished:
-                item = await stream.get()
+                item = await stream.queue.get()
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finished
                 yield item
         finally:
             self._streams.pop(rid, None)
-            if not finished:
-                self._send("abort", rid)
+            if not finished and not self._stopped:
+                with contextlib.suppress(RuntimeError):  # a core that is gone frees nothing
+                    self._send(AbortRequest(rid))
 
     async def chat(
         self,
@@ -125,54 +162,109 @@ class AsyncLLM:
 
     def abort(self, request_id: str) -> None:
         """Ends a request; its KV blocks are freed before the engine's next step."""
-        self._send("abort", request_id)
+        if not self._stopped:
+            with contextlib.suppress(RuntimeError):
+                self._send(AbortRequest(request_id))
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the engine takes no more requests (shut down, or its process died)."""
+        return self._stopped
+
+    def get_stats(self) -> EngineStats:
+        """The engine's counters and gauges as of its last step."""
+        return self._stats
 
     def shutdown(self) -> None:
-        self._stopped = True
-        self._wake.set()
-        self._thread.join(timeout=30)
+        """Stops the engine process; streams still running fail with RuntimeError."""
+        if not self._stopped:
+            self._stopped = "engine is shut down"
+            with contextlib.suppress(RuntimeError):
+                self._send(None)
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._reader.join(timeout=5)  # it ends at the pipe's end of file
+        self._conn.close()
 
-    def _send(self, kind: str, payload: Any) -> None:
-        self._inbox.put((kind, payload))
-        self._wake.set()
+    def _send(self, message: ClientMessage) -> None:
+        """Raises RuntimeError once the core is gone (the reader thread then says why)."""
+        with self._send_lock:  # streams on other threads send too; a message is one write
+            try:
+                self._conn.send(message)
+            except OSError as exc:
+                raise RuntimeError(f"the engine process is gone: {exc}") from exc
 
-    def _deliver(self, request_id: str, item: RequestOutput | BaseException) -> None:
-        target = self._streams.get(request_id)
-        if target is not None:
-            loop, stream = target
-            loop.call_soon_threadsafe(stream.put_nowait, item)
-
-    def _drain_inbox(self) -> None:
+    def _receive(self) -> None:
+        """The reader thread: each step report becomes one callback per event loop."""
         while True:
             try:
-                kind, payload = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-            if kind == "add":
-                try:
-                    self.engine.add_sequence(payload)
-                except ValueError as exc:
-                    self._deliver(payload.request_id, exc)
-            else:
-                out = self.engine.abort(payload)
-                if out is not None:
-                    self._deliver(payload, out)
+                report: StepReport = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            self._stats = report.stats
+            deliveries: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = {}
+            for out in report.outputs:
+                if (stream := self._streams.get(out.request_id)) is not None:
+                    deliveries.setdefault(stream.loop, []).append((stream, stream.apply(out)))
+            for failure in report.failures:
+                if (stream := self._streams.get(failure.request_id)) is not None:
+                    kind = ValueError if failure.invalid else RuntimeError
+                    deliveries.setdefault(stream.loop, []).append((stream, kind(failure.message)))
+            for loop, items in deliveries.items():
+                _deliver(loop, items)
+        if not self._stopped:
+            self._stopped = f"the engine process exited (code {self._process.wait()})"
+            log.error("%s; failing the requests in flight", self._stopped)
+        error = RuntimeError(self._stopped)
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = {}
+        for stream in list(self._streams.values()):
+            by_loop.setdefault(stream.loop, []).append((stream, error))
+        for loop, items in by_loop.items():
+            _deliver(loop, items)
 
-    def _run(self) -> None:
-        self.engine.claim_threads()
-        while not self._stopped:
-            self._drain_inbox()
-            if not self.engine.has_unfinished():
-                self._wake.wait()
-                self._wake.clear()
-                continue
-            try:
-                outputs = self.engine.step()
-            except Exception as exc:  # keep serving: fail the requests in flight, not the thread
-                log.exception("engine step failed; aborting the requests in flight")
-                for rid in list(self.engine.sequences):
-                    self.engine.abort(rid)
-                    self._deliver(rid, RuntimeError(f"engine step failed: {exc}"))
-                continue
-            for out in outputs:
-                self._deliver(out.request_id, out)
+
+class _Stream:
+    """One request's stream, and its output so far, rebuilt from the core's deltas."""
+
+    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop, prompt: list[int]) -> None:
+        self.request_id = request_id
+        self.loop = loop
+        self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self.prompt_token_ids = prompt
+        self.token_ids: list[int] = []
+        self.text = ""
+        self.metrics = RequestMetrics()
+
+    def apply(self, out: CoreOutput) -> RequestOutput:
+        self.token_ids += out.new_token_ids
+        self.text += out.delta_text
+        m = self.metrics
+        m.token_times += out.new_token_times
+        m.first_scheduled_time = out.first_scheduled_time
+        m.finished_time = out.finished_time
+        m.num_cached_tokens = out.num_cached_tokens
+        m.num_preemptions = out.num_preemptions
+        return RequestOutput(
+            request_id=self.request_id,
+            prompt_token_ids=self.prompt_token_ids,
+            token_ids=list(self.token_ids),
+            text=self.text,
+            delta_token_ids=out.new_token_ids,
+            delta_text=out.delta_text,
+            finished=out.finished,
+            finish_reason=out.finish_reason,
+            stop_reason=out.stop_reason,
+            metrics=m,
+        )
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, items: list[tuple[_Stream, Any]]) -> None:
+    def put_all() -> None:
+        for stream, item in items:
+            stream.queue.put_nowait(item)
+
+    with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
+        loop.call_soon_threadsafe(put_all)

@@ -20,17 +20,44 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from engine.spec import Speculator, build_speculator
+from engine.tokenizer import Tokenizer
 
 log = logging.getLogger("semgate.engine")
 
 Prompt = str | list[int]
 
 
+def prompt_token_ids(
+    prompt: Prompt,
+    params: SamplingParams,
+    tokenizer: Tokenizer,
+    vocab_size: int,
+    max_model_len: int,
+) -> list[int]:
+    """A prompt's token ids, checked against the model; raises ValueError with the reason."""
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ValueError("prompt is empty")
+        token_ids = tokenizer.encode(prompt)
+    else:
+        token_ids = list(prompt)
+        if any(not isinstance(t, int) or not 0 <= t < vocab_size for t in token_ids):
+            raise ValueError(f"prompt token ids must be integers in [0, {vocab_size})")
+    if not token_ids:
+        raise ValueError("prompt is empty")
+    if len(token_ids) + params.max_tokens > max_model_len:
+        raise ValueError(
+            f"prompt ({len(token_ids)} tokens) plus max_tokens ({params.max_tokens}) is over "
+            f"the model's context length of {max_model_len} tokens"
+        )
+    return token_ids
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         started = time.perf_counter()
         self.config = config
-        self.claim_threads()
+        self._claim_threads()
         device = torch.device(config.device)
         model_config, weights, self.tokenizer = load_model_files(config.model_path)
         self.model_config = model_config
@@ -99,22 +126,9 @@ class LLMEngine:
         cache_salt: str | None = None,
     ) -> Sequence:
         """Validates and tokenizes a request; raises ValueError with the reason."""
-        if isinstance(prompt, str):
-            if not prompt:
-                raise ValueError("prompt is empty")
-            token_ids = self.tokenizer.encode(prompt)
-        else:
-            token_ids = list(prompt)
-            vocab = self.model_config.vocab_size
-            if any(not isinstance(t, int) or not 0 <= t < vocab for t in token_ids):
-                raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
-        if not token_ids:
-            raise ValueError("prompt is empty")
-        if len(token_ids) + params.max_tokens > self.max_model_len:
-            raise ValueError(
-                f"prompt ({len(token_ids)} tokens) plus max_tokens ({params.max_tokens}) is over "
-                f"the model's context length of {self.max_model_len} tokens"
-            )
+        token_ids = prompt_token_ids(
+            prompt, params, self.tokenizer, self.model_config.vocab_size, self.max_model_len
+        )
         return Sequence(
             request_id or uuid.uuid4().hex,
             token_ids,
@@ -129,12 +143,13 @@ class LLMEngine:
         self.sequences[seq.request_id] = seq
         self.scheduler.add(seq)
 
-    def claim_threads(self) -> None:
-        """Gives the calling thread the configured intra-op thread count. Torch keeps the
+    def _claim_threads(self) -> None:
+        """Gives the building thread, which also steps the engine (the caller of `LLM`, the
+        core process of `AsyncLLM`), the configured intra-op thread count. Torch keeps the
         count per thread, but a thread's first parallel op re-applies the count last set
         anywhere, unless the thread asked for its count before: get, then set. Without
-        this the step loop ran on the embedder workers' one thread of two (a 400-token
-        prefill took 1.43-1.56 s instead of 1.20 s)."""
+        this an engine stepped beside an embedder ran on the embedder workers' one thread
+        of two (a 400-token prefill took 1.43-1.56 s instead of 1.20 s)."""
         if self.config.device == "cpu":
             torch.get_num_threads()
             torch.set_num_threads(self.config.num_threads)

@@ -1,6 +1,6 @@
 """`semgate bench gateway`: the gateway end to end over HTTP, against the engine in-process.
 
-One run starts a real `semgate serve` (one engine thread, an embedded Redis in a
+One run starts a real `semgate serve` (an engine on one thread, an embedded Redis in a
 temporary directory, a fixed admin key) and measures, over one keep-alive
 connection with sequential requests:
 
@@ -10,9 +10,10 @@ connection with sequential requests:
    lightly reworded (a polite prefix or suffix: the semantic tier, which embeds
    the question). Rounds alternate the tiers; a sample counts only when the
    response says `X-Cache-Status: Hit` (and, for the exact tier, similarity 1).
-2. The gateway's overhead on a miss. An `AsyncLLM` in this process, configured
-   like the server's engine, answers the same messages as the server, request by
-   request and strictly one at a time (the two engines share 2 cores). Each answer
+2. The gateway's overhead on a miss. An `AsyncLLM` called from this process (its
+   engine core a child process, as the server's is), configured like the server's
+   engine, answers the same messages as the server, request by request and
+   strictly one at a time (the two engines share 2 cores). Each answer
    is one token (`ignore_eos`), so a request costs one prefill: long generations
    would bury a few milliseconds under the engines' step-to-step noise. Every
    prompt is unique so the cache never hits. The HTTP side is either a true miss

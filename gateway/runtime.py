@@ -96,7 +96,10 @@ class Runtime:
             )
         if self.cache_on and self.cache is None:
             missing.append("Redis and the embedder")
-        failures = [f for f in (self.upstream_failure, self.cache_failure) if f]
+        engine_failure = (
+            self.upstream.failure if isinstance(self.upstream, InProcessEngine) else None
+        )
+        failures = [f for f in (self.upstream_failure, engine_failure, self.cache_failure) if f]
         text = " and ".join(missing) or "nothing"
         return f"{text} ({'; '.join(failures)})" if failures else f"starting {text}"
 

@@ -1,4 +1,5 @@
-"""The bundled engine, running in the gateway's own process (AsyncLLM on a thread)."""
+"""The bundled engine, driven by the gateway itself (AsyncLLM; its step loop runs in a child
+process, so it never waits on the gateway's event loop for the GIL)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,12 @@ class InProcessEngine:
             await asyncio.to_thread(self.llm.shutdown)
 
     def ready(self) -> bool:
-        return self.llm is not None
+        return self.llm is not None and self.llm.stopped is None
+
+    @property
+    def failure(self) -> str | None:
+        """Why a loaded engine serves no more (its process died)."""
+        return self.llm.stopped if self.llm is not None else None
 
     def models(self) -> list[str]:
         return [self.model_id]
@@ -40,12 +46,12 @@ class InProcessEngine:
     @property
     def max_model_len(self) -> int:
         assert self.llm is not None
-        return self.llm.engine.max_model_len
+        return self.llm.max_model_len
 
     def gauges(self) -> EngineGauges | None:
         if self.llm is None:
             return None
-        stats = self.llm.engine.get_stats()
+        stats = self.llm.get_stats()
         return EngineGauges(
             running=stats.num_running,
             waiting=stats.num_waiting,

@@ -1,12 +1,12 @@
-"""AsyncLLM: streams of deltas from the background engine thread, and abort."""
+"""AsyncLLM: streams of deltas from the engine core process, abort, and the core's life."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import os
+import signal
 
 import pytest
-import torch
 
 from engine import AsyncLLM, EngineConfig, SamplingParams
 from tests.engine.prompts import PROMPTS
@@ -43,21 +43,36 @@ def test_concurrent_streams_match_offline_outputs(async_llm, llm):
 
 
 def test_leaving_a_stream_early_aborts_and_frees_blocks(async_llm):
-    bm = async_llm.engine.block_manager
-    free_before = bm.num_free_blocks
-
     async def main():
         async for out in async_llm.generate(PROMPTS[1], SamplingParams(max_tokens=200)):
             if len(out.token_ids) >= 3:
+                assert async_llm.get_stats().kv_cache_usage > 0
                 break
-        for _ in range(200):  # the engine thread frees them before its next step
-            if bm.num_free_blocks == free_before:
+        for _ in range(200):  # the core frees them before its next step, then reports
+            if async_llm.get_stats().kv_cache_usage == 0:
                 return
             await asyncio.sleep(0.01)
 
     asyncio.run(main())
-    assert bm.num_free_blocks == free_before
-    assert not async_llm.engine.has_unfinished()
+    stats = async_llm.get_stats()
+    assert stats.kv_cache_usage == 0
+    assert stats.num_running == stats.num_waiting == 0
+
+
+def test_abort_ends_the_stream_with_finish_reason_abort(async_llm):
+    async def main():
+        outs = []
+        async for out in async_llm.generate(
+            PROMPTS[2], SamplingParams(max_tokens=200), request_id="to-abort"
+        ):
+            outs.append(out)
+            if len(outs) == 2:
+                async_llm.abort("to-abort")
+        return outs
+
+    outs = asyncio.run(main())
+    assert outs[-1].finished and outs[-1].finish_reason == "abort"
+    assert len(outs[-1].token_ids) < 200
 
 
 def test_bad_request_raises_in_the_caller(async_llm):
@@ -69,24 +84,59 @@ def test_bad_request_raises_in_the_caller(async_llm):
         asyncio.run(main())
 
 
-def test_the_step_loop_keeps_its_thread_count_when_another_thread_sets_one():
-    """Torch re-applies the last count set anywhere at a thread's first parallel op: an
-    embedder worker setting 1 used to leave a 2-thread engine on one thread."""
-    engine = AsyncLLM(EngineConfig(num_threads=2, device="cpu"))
-    counts: list[int] = []
-    step = engine.engine.step
+def test_a_request_over_the_context_length_is_refused_before_it_is_sent(async_llm):
+    async def main():
+        prompt = [1] * async_llm.max_model_len
+        async for _ in async_llm.generate(prompt, SamplingParams(max_tokens=1)):
+            pass
 
-    def counting_step():
-        counts.append(torch.get_num_threads())
-        return step()
+    with pytest.raises(ValueError, match="context length"):
+        asyncio.run(main())
 
-    engine.engine.step = counting_step
-    other = threading.Thread(target=torch.set_num_threads, args=(1,))
-    other.start()
-    other.join()
+
+def test_outputs_carry_the_whole_request_so_far_and_its_timings(async_llm):
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+
+    async def main():
+        return [out async for out in async_llm.generate(PROMPTS[3], params)]
+
+    outs = asyncio.run(main())
+    last = outs[-1]
+    assert last.prompt_token_ids == async_llm.tokenizer.encode(PROMPTS[3])
+    assert last.token_ids == [t for o in outs for t in o.delta_token_ids]
+    assert last.text == "".join(o.delta_text for o in outs)
+    m = last.metrics
+    assert len(m.token_times) == 8 and m.ttft > 0 and m.e2e >= m.ttft
+    assert m.queue_time is not None and m.queue_time >= 0
+
+
+def test_a_load_failure_is_raised_by_the_constructor():
+    with pytest.raises(ValueError, match="cannot hold one request"):
+        AsyncLLM(EngineConfig(num_kv_blocks=1, max_model_len=2048))
+
+
+def test_a_dead_engine_process_fails_the_streams_and_later_requests():
+    engine = AsyncLLM(EngineConfig(num_threads=1))
+    params = SamplingParams(max_tokens=500, ignore_eos=True)
+
+    async def main():
+        async for out in engine.generate(PROMPTS[0], params):
+            if len(out.token_ids) >= 2:
+                os.kill(engine._process.pid, signal.SIGKILL)
+
     try:
-        asyncio.run(_collect(engine, PROMPTS[0], SamplingParams(max_tokens=2)))
+        with pytest.raises(RuntimeError, match="engine process exited"):
+            asyncio.run(main())
+        with pytest.raises(RuntimeError, match="engine process exited"):
+            asyncio.run(main())
     finally:
         engine.shutdown()
-        torch.set_num_threads(EngineConfig().num_threads)
-    assert counts and set(counts) == {2}
+
+
+def test_shutdown_stops_the_engine_process():
+    engine = AsyncLLM(EngineConfig(num_threads=1))
+    asyncio.run(_collect(engine, PROMPTS[0], SamplingParams(max_tokens=2)))
+    engine.shutdown()
+    assert engine._process.poll() == 0
+    with pytest.raises(RuntimeError, match="shut down"):
+        asyncio.run(_collect(engine, PROMPTS[0], SamplingParams(max_tokens=2)))

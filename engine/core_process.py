@@ -1,0 +1,228 @@
+"""The engine core in a process of its own: the step loop behind `AsyncLLM`.
+
+On a thread of the caller's process the step loop needs the GIL for its Python work
+(scheduling, bookkeeping, detokenizing) between tensor ops, and a server's event loop
+needs it for HTTP and cache work: each stalls the other. As in vLLM's V1 EngineCore,
+the loop runs in a child process instead and talks to its client over a pipe:
+requests and aborts in, each step's new tokens and the engine's stats out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.metrics import EngineStats
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+
+log = logging.getLogger("semgate.engine")
+
+
+@dataclass(frozen=True)
+class AddRequest:
+    request_id: str
+    prompt_token_ids: list[int]  # validated by the client
+    params: SamplingParams
+    cache_salt: str | None
+    arrival_time: float  # time.perf_counter(): CLOCK_MONOTONIC, the same in every process
+
+
+@dataclass(frozen=True)
+class AbortRequest:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class CoreReady:
+    """The child's first message once the model is loaded."""
+
+    max_model_len: int
+    vocab_size: int
+
+
+@dataclass(frozen=True)
+class CoreOutput:
+    """One request's progress in one step. Only what is new travels, so a message stays
+    small however long the request has run; the client keeps the rest."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_token_times: list[float]
+    delta_text: str
+    finished: bool
+    finish_reason: str | None
+    stop_reason: str | None
+    first_scheduled_time: float | None
+    finished_time: float | None
+    num_cached_tokens: int
+    num_preemptions: int
+
+    @classmethod
+    def of(cls, out: RequestOutput) -> CoreOutput:
+        m = out.metrics
+        new = len(out.delta_token_ids)
+        return cls(
+            out.request_id,
+            out.delta_token_ids,
+            m.token_times[len(m.token_times) - new :],
+            out.delta_text,
+            out.finished,
+            out.finish_reason,
+            out.stop_reason,
+            m.first_scheduled_time,
+            m.finished_time,
+            m.num_cached_tokens,
+            m.num_preemptions,
+        )
+
+
+@dataclass(frozen=True)
+class RequestFailure:
+    request_id: str
+    message: str
+    invalid: bool  # the request was refused (ValueError), not failed by a step
+
+
+@dataclass(frozen=True)
+class StepReport:
+    outputs: list[CoreOutput]
+    failures: list[RequestFailure]
+    stats: EngineStats
+
+
+ClientMessage = AddRequest | AbortRequest | None  # None: shut down
+
+
+# `-c`, not `-m engine.core_process`: as __main__ the module's message classes would not
+# be the ones the client unpickles.
+CORE_COMMAND = "from engine.core_process import main; main()"
+
+
+def start_engine_core(
+    config: EngineConfig, log_level: int
+) -> tuple[subprocess.Popen[bytes], Connection]:
+    """Starts the core (`python -c CORE_COMMAND FD`) and sends it its config; the
+    caller then receives `CoreReady` or the exception that stopped the load. A fresh
+    interpreter rather than multiprocessing's spawn: that would re-import the caller's
+    main script, which breaks scripts without a `__main__` guard; and no fork, which is
+    unsafe once torch has threads or CUDA."""
+    ours, theirs = socket.socketpair()
+    env = dict(os.environ)
+    # The caller's import path, as spawn would pass it (a checkout that is not installed).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    with theirs:
+        process = subprocess.Popen(
+            [sys.executable, "-c", CORE_COMMAND, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env=env,
+        )
+    conn = Connection(ours.detach())
+    conn.send((config, log_level))
+    return process, conn
+
+
+def main() -> None:
+    """The child process: load the model, report ready (or the error), then serve steps
+    until the client says stop or goes away."""
+    # Ctrl-C reaches the whole process group; the client decides when the core stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(int(sys.argv[1]))
+    config, log_level = conn.recv()
+    _log_to_stderr(log_level)
+    try:
+        engine = LLMEngine(config)
+    except Exception as exc:
+        conn.send(exc)
+        return
+    conn.send(CoreReady(engine.max_model_len, engine.model_config.vocab_size))
+    _CoreLoop(engine, conn).run()
+
+
+def _log_to_stderr(level: int) -> None:
+    handler = logging.StreamHandler()
+    form = "%(asctime)s %(levelname)s %(name)s (engine core %(process)d) %(message)s"
+    handler.setFormatter(logging.Formatter(form))
+    root = logging.getLogger("semgate")
+    root.setLevel(level)
+    root.addHandler(handler)
+
+
+class _CoreLoop:
+    def __init__(self, engine: LLMEngine, conn: Connection) -> None:
+        self.engine = engine
+        self.conn = conn
+        self.inbox: queue.SimpleQueue[ClientMessage] = queue.SimpleQueue()
+        self.wake = threading.Event()
+        threading.Thread(target=self._receive, name="semgate-core-inbox", daemon=True).start()
+
+    def _receive(self) -> None:
+        """Empties the pipe as messages come, even during a long step, so the client's
+        sends never wait on a full pipe."""
+        while True:
+            try:
+                message: ClientMessage = self.conn.recv()
+            except (EOFError, OSError):  # the client is gone
+                message = None
+            self.inbox.put(message)
+            self.wake.set()
+            if message is None:
+                return
+
+    def run(self) -> None:
+        engine = self.engine
+        while True:
+            outputs: list[RequestOutput] = []
+            failures: list[RequestFailure] = []
+            changed = False
+            while not self.inbox.empty():
+                message = self.inbox.get()
+                if message is None:
+                    return
+                changed = True
+                if isinstance(message, AddRequest):
+                    self._add(message, failures)
+                elif (out := engine.abort(message.request_id)) is not None:
+                    outputs.append(out)
+            if engine.has_unfinished():
+                outputs += self._step(failures)
+                changed = True
+            if changed:
+                core_outputs = [CoreOutput.of(o) for o in outputs]
+                try:
+                    self.conn.send(StepReport(core_outputs, failures, engine.get_stats()))
+                except OSError:  # the client is gone: nobody to serve
+                    return
+            if not engine.has_unfinished():
+                self.wake.wait()
+                self.wake.clear()
+
+    def _add(self, request: AddRequest, failures: list[RequestFailure]) -> None:
+        try:
+            seq = self.engine.make_sequence(
+                request.prompt_token_ids, request.params, request.request_id, request.cache_salt
+            )
+            seq.metrics.arrival_time = request.arrival_time
+            self.engine.add_sequence(seq)
+        except ValueError as exc:
+            failures.append(RequestFailure(request.request_id, str(exc), invalid=True))
+
+    def _step(self, failures: list[RequestFailure]) -> list[RequestOutput]:
+        try:
+            return self.engine.step()
+        except Exception as exc:  # keep serving: fail the requests in flight, not the core
+            log.exception("engine step failed; aborting the requests in flight")
+            for rid in list(self.engine.sequences):
+                self.engine.abort(rid)
+                failures.append(RequestFailure(rid, f"engine step failed: {exc}", invalid=False))
+            return []
