@@ -89,8 +89,14 @@ class AsyncLLM:
     def __init__(self, config: EngineConfig | None = None, **kwargs: Any) -> None:
         self.config = config or EngineConfig(**kwargs)
         self._process, self._conn = start_engine_core(self.config, log.getEffectiveLevel())
-        self.tokenizer = load_tokenizer(self.config.model_path)  # while the core loads
-        ready = self._await_ready()
+        try:
+            self.tokenizer = load_tokenizer(self.config.model_path)  # while the core loads
+            ready = self._await_ready()
+        except BaseException:
+            self._process.kill()  # a no-op once it has exited
+            self._process.wait()
+            self._conn.close()
+            raise
         self.max_model_len = ready.max_model_len
         self.vocab_size = ready.vocab_size
         self._streams: dict[str, _Stream] = {}
@@ -109,7 +115,6 @@ class AsyncLLM:
             code = self._process.wait()
             raise RuntimeError(f"the engine process exited while loading (code {code})") from None
         if isinstance(message, BaseException):
-            self._process.wait()
             raise message
         return message
 

@@ -12,7 +12,9 @@ class RequestOutput:
     request_id: str
     prompt_token_ids: list[int]
     token_ids: list[int]  # every output token so far
-    text: str  # output text so far (stop strings excluded)
+    # Output text so far, stop strings excluded. AsyncLLM's is the text handed out so far:
+    # while streaming it lacks a tail that may still become a stop string.
+    text: str
     delta_token_ids: list[int]  # new since the previous output of this request
     delta_text: str
     finished: bool
