@@ -43,8 +43,10 @@ def test_concurrent_streams_match_offline_outputs(async_llm, llm):
 
 
 def test_leaving_a_stream_early_aborts_and_frees_blocks(async_llm):
+    params = SamplingParams(max_tokens=200, ignore_eos=True)  # no early stop: it must abort
+
     async def main():
-        async for out in async_llm.generate(PROMPTS[1], SamplingParams(max_tokens=200)):
+        async for out in async_llm.generate(PROMPTS[1], params):
             if len(out.token_ids) >= 3:
                 assert async_llm.get_stats().kv_cache_usage > 0
                 break
@@ -63,7 +65,7 @@ def test_abort_ends_the_stream_with_finish_reason_abort(async_llm):
     async def main():
         outs = []
         async for out in async_llm.generate(
-            PROMPTS[2], SamplingParams(max_tokens=200), request_id="to-abort"
+            PROMPTS[2], SamplingParams(max_tokens=200, ignore_eos=True), request_id="to-abort"
         ):
             outs.append(out)
             if len(outs) == 2:
