@@ -182,40 +182,50 @@ class _CoreLoop:
     def run(self) -> None:
         engine = self.engine
         while True:
-            outputs: list[RequestOutput] = []
-            failures: list[RequestFailure] = []
-            changed = False
+            messages: list[ClientMessage] = []
             while not self.inbox.empty():
-                message = self.inbox.get()
-                if message is None:
-                    return
-                changed = True
-                if isinstance(message, AddRequest):
-                    self._add(message, failures)
-                elif (out := engine.abort(message.request_id)) is not None:
-                    outputs.append(out)
-            if engine.has_unfinished():
+                messages.append(self.inbox.get())
+            if any(m is None for m in messages):
+                return
+            outputs, failures = self._apply(messages)
+            stepped = engine.has_unfinished()
+            if stepped:
                 outputs += self._step(failures)
-                changed = True
-            if changed:
-                core_outputs = [CoreOutput.of(o) for o in outputs]
-                try:
-                    self.conn.send(StepReport(core_outputs, failures, engine.get_stats()))
-                except OSError:  # the client is gone: nobody to serve
-                    return
+            if (messages or stepped) and not self._report(outputs, failures):
+                return
             if not engine.has_unfinished():
                 self.wake.wait()
                 self.wake.clear()
 
-    def _add(self, request: AddRequest, failures: list[RequestFailure]) -> None:
-        try:
-            seq = self.engine.make_sequence(
-                request.prompt_token_ids, request.params, request.request_id, request.cache_salt
+    def _apply(
+        self, messages: list[ClientMessage]
+    ) -> tuple[list[RequestOutput], list[RequestFailure]]:
+        """Adds and aborts requests, in the order they were sent."""
+        outputs: list[RequestOutput] = []
+        failures: list[RequestFailure] = []
+        for message in filter(None, messages):
+            if isinstance(message, AbortRequest):
+                if (out := self.engine.abort(message.request_id)) is not None:
+                    outputs.append(out)
+                continue
+            seq = self.engine.sequence_of(
+                message.prompt_token_ids, message.params, message.request_id, message.cache_salt
             )
-            seq.metrics.arrival_time = request.arrival_time
-            self.engine.add_sequence(seq)
-        except ValueError as exc:
-            failures.append(RequestFailure(request.request_id, str(exc), invalid=True))
+            seq.metrics.arrival_time = message.arrival_time
+            try:
+                self.engine.add_sequence(seq)
+            except ValueError as exc:  # its id is already running
+                failures.append(RequestFailure(message.request_id, str(exc), invalid=True))
+        return outputs, failures
+
+    def _report(self, outputs: list[RequestOutput], failures: list[RequestFailure]) -> bool:
+        """Sends what changed and the stats; False once the client is gone."""
+        report = StepReport([CoreOutput.of(o) for o in outputs], failures, self.engine.get_stats())
+        try:
+            self.conn.send(report)
+        except OSError:
+            return False
+        return True
 
     def _step(self, failures: list[RequestFailure]) -> list[RequestOutput]:
         try:

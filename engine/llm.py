@@ -150,9 +150,8 @@ class AsyncLLM:
                 yield item
         finally:
             self._streams.pop(rid, None)
-            if not finished and not self._stopped:
-                with contextlib.suppress(RuntimeError):  # a core that is gone frees nothing
-                    self._send(AbortRequest(rid))
+            if not finished:
+                self.abort(rid)
 
     async def chat(
         self,
@@ -168,7 +167,7 @@ class AsyncLLM:
     def abort(self, request_id: str) -> None:
         """Ends a request; its KV blocks are freed before the engine's next step."""
         if not self._stopped:
-            with contextlib.suppress(RuntimeError):
+            with contextlib.suppress(RuntimeError):  # a core that is gone frees nothing
                 self._send(AbortRequest(request_id))
 
     @property
@@ -210,25 +209,20 @@ class AsyncLLM:
             except (EOFError, OSError):
                 break
             self._stats = report.stats
-            deliveries: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = {}
+            items: list[tuple[_Stream, RequestOutput | BaseException]] = []
             for out in report.outputs:
                 if (stream := self._streams.get(out.request_id)) is not None:
-                    deliveries.setdefault(stream.loop, []).append((stream, stream.apply(out)))
+                    items.append((stream, stream.apply(out)))
             for failure in report.failures:
                 if (stream := self._streams.get(failure.request_id)) is not None:
                     kind = ValueError if failure.invalid else RuntimeError
-                    deliveries.setdefault(stream.loop, []).append((stream, kind(failure.message)))
-            for loop, items in deliveries.items():
-                _deliver(loop, items)
+                    items.append((stream, kind(failure.message)))
+            _deliver(items)
         if not self._stopped:
             self._stopped = f"the engine process exited (code {self._process.wait()})"
             log.error("%s; failing the requests in flight", self._stopped)
         error = RuntimeError(self._stopped)
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = {}
-        for stream in list(self._streams.values()):
-            by_loop.setdefault(stream.loop, []).append((stream, error))
-        for loop, items in by_loop.items():
-            _deliver(loop, items)
+        _deliver([(stream, error) for stream in list(self._streams.values())])
 
 
 class _Stream:
@@ -266,10 +260,16 @@ class _Stream:
         )
 
 
-def _deliver(loop: asyncio.AbstractEventLoop, items: list[tuple[_Stream, Any]]) -> None:
-    def put_all() -> None:
-        for stream, item in items:
-            stream.queue.put_nowait(item)
+def _deliver(items: list[tuple[_Stream, RequestOutput | BaseException]]) -> None:
+    """Hands items to their streams with one callback per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = {}
+    for stream, item in items:
+        by_loop.setdefault(stream.loop, []).append((stream, item))
+    for loop, batch in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(_put_all, batch)
 
-    with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
-        loop.call_soon_threadsafe(put_all)
+
+def _put_all(batch: list[tuple[_Stream, Any]]) -> None:
+    for stream, item in batch:
+        stream.queue.put_nowait(item)

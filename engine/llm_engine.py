@@ -129,13 +129,15 @@ class LLMEngine:
         token_ids = prompt_token_ids(
             prompt, params, self.tokenizer, self.model_config.vocab_size, self.max_model_len
         )
-        return Sequence(
-            request_id or uuid.uuid4().hex,
-            token_ids,
-            params,
-            IncrementalDetokenizer(self.tokenizer, params.stop),
-            cache_salt,
-        )
+        return self.sequence_of(token_ids, params, request_id or uuid.uuid4().hex, cache_salt)
+
+    def sequence_of(
+        self, token_ids: list[int], params: SamplingParams, request_id: str, cache_salt: str | None
+    ) -> Sequence:
+        """A request whose token ids `prompt_token_ids` has already checked (AsyncLLM checks
+        them in the caller's process, off the step loop)."""
+        detokenizer = IncrementalDetokenizer(self.tokenizer, params.stop)
+        return Sequence(request_id, token_ids, params, detokenizer, cache_salt)
 
     def add_sequence(self, seq: Sequence) -> None:
         if seq.request_id in self.sequences:
