@@ -3,7 +3,14 @@
 Every distinct `cached` prompt is seeded into a fresh scope and every distinct
 `query` is looked up against all of them (a dry run through the real store, so a
 query can also be served a *different* cached prompt, as in production). A
-served answer is correct only if (served prompt, query) is labelled 1.
+served answer is correct only if (served prompt, query) is labelled 1, and wrong if
+labelled 0. Any other hit (a query served another question of the set that no pair
+relates to it) is unjudged: `precision` leaves it out, as the labels say nothing,
+and `precision_all_hits` counts it wrong. Read on the labelled sets, most such hits
+were wrong answers (26 of 36 with the guard of dd46137: "Which planet is closest to
+the sun?" served to "What is the smallest planet?"; the rest were a question that
+another pair of the set asks again), so a guard change that raises them is a loss
+`precision` alone does not show.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ class Score:
     hits: int
     false_hits: int
     unjudged_hits: int
+    precision_all_hits: float  # unjudged hits counted wrong
 
 
 class Judgements:
@@ -144,6 +152,7 @@ def score(
         hits=hits,
         false_hits=wrong,
         unjudged_hits=hits - correct - wrong,
+        precision_all_hits=correct / hits if hits else 1.0,
     )
 
 

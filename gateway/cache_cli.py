@@ -45,7 +45,15 @@ def _print_report(r: CalibrationReport) -> None:
         f"{r.pairs} pairs, {r.queries} distinct queries, {r.answerable} with a correct "
         f"cached answer; threshold {r.threshold:.3f}"
     )
-    table = Table("", "precision", "recall", "hits", "false hits", "unjudged hits")
+    table = Table(
+        "",
+        "precision",
+        "recall",
+        "hits",
+        "false hits",
+        "unjudged hits",
+        "precision (all hits)",
+    )
     for name, s in (("with guard", r.with_guard), ("without guard", r.without_guard)):
         table.add_row(
             name,
@@ -54,6 +62,7 @@ def _print_report(r: CalibrationReport) -> None:
             str(s.hits),
             str(s.false_hits),
             str(s.unjudged_hits),
+            f"{s.precision_all_hits:.3f}",
         )
     console.print(table)
     curve = Table(
