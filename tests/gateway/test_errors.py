@@ -169,8 +169,18 @@ def test_disconnect_before_a_json_answer_aborts_its_engine_request(gateway: Serv
     headers = {"Authorization": f"Bearer {ALICE}", "Cache-Control": "no-store"}
     with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=2) as client:
         client.post(gateway.url + "/v1/chat/completions", json=body, headers=headers)
+
+    # The gateway counts the abort before the engine core (a child process) has applied
+    # it and reported its gauges: wait for all three.
+    def settled() -> bool:
+        return (
+            metric(gateway, aborted, missing=0) > before
+            and metric(gateway, "semgate_num_requests_running") == 0
+            and metric(gateway, "semgate_kv_cache_usage_perc") == 0
+        )
+
     deadline = time.monotonic() + 10
-    while metric(gateway, aborted, missing=0) == before and time.monotonic() < deadline:
+    while not settled() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert metric(gateway, aborted, missing=0) == before + 1
     assert metric(gateway, "semgate_num_requests_running") == 0
