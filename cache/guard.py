@@ -1,20 +1,20 @@
 """The near-miss guard: after a vector match, reject candidates whose answer would differ.
 
 Sentence embeddings score "Convert 100 °F to Celsius" vs "Convert 100 °C to
-Fahrenheit" at 0.99, above most true paraphrases. The guard compares the two
-questions on the features that change an answer while barely moving the vector:
-numbers, units, negation, opposite words, before/during/after a time, direction (A
-to B vs B to A), two names trading roles, named entities (acronyms match what they
-spell), contrasting alternatives and an audience on one side only ("in children"),
-the kind of question, one word exchanged in the same frame (operators such as ==
-and === included), one word added inside a shared phrase ("president" vs "vice
-president"), a condition added to a whole question ("... while roaming"), different
-quoted text or flags, and what replaces what ("A instead of B"). Last, given the
-embeddings' similarity, the overlap bar (`overlap.py`): questions that share most
-of their words need a similarity that rises with what they share. Each rule is a
-few set operations over pre-extracted features, cached per text (extracting a new
-question's takes ~0.5 ms once; a check then costs tens of microseconds), and a
-rejection names its rule so the dry run can explain it.
+Fahrenheit" at 0.99, above most true paraphrases. The guard compares the two questions
+on the features that change an answer while barely moving the vector: numbers (a span
+of time in its largest whole unit: "14 days" is "2 weeks"), units, negation, opposite
+words, before/during/after a time, direction (A to B vs B to A), two names trading
+roles, named entities (acronyms match what they spell), contrasting alternatives and
+an audience on one side only ("in children"), the kind of question, one word exchanged
+in the same frame (operators such as == and === included), one word added inside a
+shared phrase ("president" vs "vice president"), a condition added to a whole question
+("... while roaming"), different quoted text or flags, and what replaces what ("A
+instead of B"). Last, given the embeddings' similarity, the overlap bar
+(`overlap.py`): questions that share most of their words need a similarity that rises
+with what they share. Each rule is a few set operations over pre-extracted features,
+cached per text (extracting a new question's takes ~0.5 ms once; a check then costs
+tens of microseconds), and a rejection names its rule so the dry run can explain it.
 """
 
 from __future__ import annotations
@@ -145,8 +145,13 @@ def _tokens(text: str) -> list[tuple[str, str]]:
         parts = lower.split("-")
         if glued and (glued[2] in lexicon.UNITS or glued[2] in lexicon.LETTER_UNITS):
             tokens += [(glued[1], glued[1]), (glued[2], glued[2])]
-        elif len(parts) > 1 and any(part in lexicon.UNITS for part in parts):
-            tokens += [(part, part) for part in parts if part]  # "10-week-old": week, old
+        elif len(parts) > 1 and (
+            any(part in lexicon.UNITS for part in parts)
+            or all(part in lexicon.NUMBER_WORDS for part in parts)
+        ):
+            # "10-week-old": week, old; "twenty-five": 25 ("two-factor" stays a word, as
+            # "2fa" is one).
+            tokens += [(part, part) for part in parts if part]
         else:
             tokens.append((original, lower))
     return [t for i, t in enumerate(tokens) if t[1] not in _ARITHMETIC or _operands(tokens, i)]
@@ -194,6 +199,38 @@ def _numbers(words: list[str]) -> list[tuple[float, str | None]]:
         previous_number = True
     # One is the unit quantity: "1 lb" and "a pound" ask the same thing.
     return [(v, u) for v, u in values if v != 1.0]
+
+
+def _whole_time_spans(words: list[str]) -> list[str]:
+    """Each span of time in the largest unit it fills whole: "a 14-day trip" and "a two
+    week trip" ask the same, as do "the first 12 months" and "the first year" (a lone 1
+    is then the unit quantity, see `_numbers`). Rates stay ("7 days a week" is always
+    open, not one week), and so do ordinals ("the 14th day") and compound numbers."""
+    spans = list(words)
+    for i in range(len(words) - 1):
+        word, unit_word = words[i], words[i + 1]
+        unit = lexicon.UNITS.get(unit_word)
+        if unit not in lexicon.LARGER_TIME_UNITS or unit_word.endswith("ly"):
+            continue
+        cardinal = word.isdigit() or word in lexicon.CARDINAL_WORDS
+        compound = i > 0 and _number_value(words[i - 1]) is not None
+        rate = i + 2 < len(words) and words[i + 2] in lexicon.PER_WORDS
+        if cardinal and not compound and not rate:
+            value, larger = _larger_span(int(_number_value(word) or 0), unit)
+            if larger != unit:
+                spans[i : i + 2] = [str(value), larger]
+    return spans
+
+
+def _larger_span(value: int, unit: str) -> tuple[int, str]:
+    """`value` `unit`s in the largest unit they fill whole; the ladder only climbs, so
+    this ends."""
+    if value == 0:
+        return value, unit
+    for size, larger in lexicon.LARGER_TIME_UNITS.get(unit, []):
+        if value % size == 0:
+            return _larger_span(value // size, larger)
+    return value, unit
 
 
 def _units(words: list[str]) -> tuple[list[str], set[str]]:
@@ -507,7 +544,7 @@ def _content(words: list[str]) -> tuple[list[int], list[str]]:
 @lru_cache(maxsize=8192)
 def features(text: str) -> Features:
     tokens = _tokens(text)
-    words = [_strip_possessive(lower) for _, lower in tokens]
+    words = _whole_time_spans([_strip_possessive(lower) for _, lower in tokens])
     units, quantified = _units(words)
     content_at, content = _content(words)
     return Features(

@@ -84,6 +84,13 @@ LETTER_UNITS = {
     "s": "second",
 }
 
+# Time units a whole number of another makes: "14 days" is "2 weeks", "12 months" "1 year".
+# Tried in order (days make years before weeks: 365 days is a year, not 52.1 weeks).
+LARGER_TIME_UNITS: dict[str, list[tuple[int, str]]] = {
+    "second": [(60, "minute")], "minute": [(60, "hour")], "hour": [(24, "day")],
+    "day": [(365, "year"), (7, "week")], "month": [(12, "year")],
+}
+CARDINAL_WORDS = frozenset(_ONES[1:])
 # A unit right after these is what the question asks for: "how many miles", "what percent".
 ASKING_WORDS = frozenset({"what", "which", "many", "much"})
 TIME_UNIT_NAMES = frozenset({"second", "minute", "hour", "day", "week", "month", "year"})
@@ -286,6 +293,10 @@ CONTRAST_GROUPS: list[set[str]] = [
     {"new", "used"},
     {"manual", "automatic"},
     {"sunny", "rainy", "snowy", "cloudy", "windy"},
+    # Where food keeps: "last in the fridge" and "sit out at room temperature" differ. The
+    # fridge's two names sit in two groups, so they never oppose each other.
+    {"fridge", "freezer", "room", "counter", "pantry"},
+    {"refrigerator", "freezer", "room", "counter", "pantry"},
 ]
 
 # Names users often type in lower case. Capitalised words are found without this list.
@@ -520,13 +531,38 @@ _AGENT_NOUNS = (
     "|band|author|writer|novelist|poet|composer|artist|painter|president|scientist"
     "|inventor|director|character|man|woman|king|queen|emperor|ruler|leader"
 )
+# A word between "which"/"what" and an agent noun, unless a preposition: after one the noun
+# is its object ("what happens to a person who ..." asks what, not who).
+_NOT_A_PREPOSITION = r"(?!(?:to|for|with|from|into|about|at|on|in|if|when)\b)"
 # (question type, regex over the lower-cased words). The earliest cue wins, ties go to
 # the first listed; "what"/"which" count only when no other cue is present.
 QUESTION_TYPES: list[tuple[str, str]] = [
-    ("frequency", r"\bhow (often|frequently)\b|\bhow many times\b"),
+    # "how many days a week" asks how often, not how long.
+    (
+        "frequency",
+        rf"\bhow (often|frequently)\b|\bhow many times\b"
+        rf"|\bhow many ({_TIME_UNITS}) (a|per|each|every)\b",
+    ),
     # "how far in advance" and "what's the last day" ask for a time, not a distance.
-    # "how early should I arrive" asks when, too.
-    ("when", r"\bhow long (until|till)\b|\bhow far (in advance|ahead)\b|\bhow (early|late)\b"),
+    # "how early should I arrive", "how soon" and "how many hours before departure" ask
+    # when, too: a time counted from an event is a point in time.
+    (
+        "when",
+        r"\bhow long (until|till|before|after)\b|\bhow far (in advance|ahead)\b"
+        r"|\bhow (early|late|soon)\b"
+        rf"|\bhow many ({_TIME_UNITS}) (before|after|in advance|prior)\b",
+    ),
+    # "how long do I have to file" asks for a deadline, not how long filing takes ("how
+    # long do I have to wait" does ask how long).
+    (
+        "deadline",
+        r"\bhow long (do|does|did|will|would) (\w+ ){1,2}?have (to|until)\b"
+        r"(?! (wait|stay|keep|remain|be)\b)"
+        r"|\bwhat(?:'s| is| are)? the (\w+ ){0,2}deadlines?\b|\bby when\b",
+    ),
+    # "how long is a marathon" asks a length, in time or in space, and no point in time
+    # ("when was the movie released" is not "how long is the movie").
+    ("length", r"\bhow long (is|are|was|were)\b"),
     # "what's the typical processing time" asks how long, like "how long does it take".
     (
         "duration",
@@ -548,24 +584,29 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     # "which male tennis player" who holds a record.
     (
         "who",
-        rf"\b(who|whom|whose)\b|\b(which|what(?:'s| is)?) (\w+ ){{0,3}}?({_AGENT_NOUNS})\b",
+        rf"\b(who|whom|whose)\b|\b(which|what(?:'s| is)?) ({_NOT_A_PREPOSITION}\w+ ){{0,3}}?"
+        rf"({_AGENT_NOUNS})\b",
     ),
     # "when should I use X" asks for conditions, like "how do I choose X".
     ("how", r"\bwhen (should|do|would|can) (i|you|we) use\b"),
     (
         "when",
-        r"\bwhen\b|\bwhat (times?(?! zone)|years?|dates?|days?|months?)\b"
+        r"\bwhen\b(?! \w+ing\b)|\bwhat (times?(?! zone)|years?|dates?|days?|months?)\b"
         r"|\bwhat(?:'s| is)? the (last|first|earliest|latest) (day|date)\b"
-        r"|\bwhat(?:'s| is| are)? the (\w+ ){0,2}dates\b"
+        r"|\bwhat(?:'s| is| are)? the (\w+ ){0,2}dates?\b"
         r"|\bwhich (year|date|day|month)\b|\bwhat(?:'s| is)? the (best|right|ideal) time\b",
     ),
+    # "where to put a coupon code" asks how, like "where can I" above.
+    ("how", r"\bwhere to\b"),
     ("where", r"\bwhere\b|\b(what|which) (place|location|store|website)\b"),
     (
         "why",
         r"\bwhy\b|\bhow come\b|\bwhat(?: is|'s| are)? the (\w+ )?(reasons?|causes?)\b"
         r"|\bwhat(?:'s| is| could be| might be)? (causes|caused|causing|makes|made|leads? to"
         r"|led to)\b"
-        r"|\breasons? for\b",
+        r"|\breasons? for\b"
+        # "what am I doing wrong", "what's wrong with my code": the cause.
+        r"|\bwhat(?:'s| is| am i| are we) (doing )?wrong\b",
     ),
     ("how", r"\bhow\b"),
     ("what", r"\b(what|which|what's)\b"),
@@ -600,9 +641,17 @@ COMPATIBLE_QUESTION_TYPES = frozenset(
             # "is X bad for Y" / "why is X bad for Y", "can I X" / "how can I X".
             ("yes/no", "what"), ("yes/no", "how"), ("yes/no", "why"), ("yes/no", "whether"),
             ("whether", "what"), ("whether", "why"),
-            # "when do babies start walking" / "at what age"; "how long do I have to claim"
-            # / "what's the deadline for claims".
+            # "when do babies start walking" / "at what age"; "how long does a refund
+            # take" / "what's the refund timeline".
             ("when", "age"), ("duration", "what"),
+            # "how long until my refund" / "when will I get my refund"; "what's the
+            # deadline for claims" / "when is the last day to claim" / "how many days
+            # after buying can I claim" (but not "how long do claims take").
+            ("duration", "when"), ("deadline", "when"), ("deadline", "what"),
+            # "how many days a week can I work remotely" / "what's the remote work limit".
+            ("frequency", "what"),
+            ("length", "duration"), ("length", "distance"), ("length", "what"),
+            ("length", "amount"),
         ]
     }
 )

@@ -44,10 +44,11 @@ def word_overlap(a: tuple[str, ...], b: tuple[str, ...]) -> WordOverlap:
 
 
 DEFAULT_CEILING = 0.92
-# The precision the bar is fitted for, over the pairs it decides. 0.97 fitted a bar that
-# was too loose for a set none of the fitted sets had seen (w: 0.940 precision on first
-# score); 0.975 held out gives 0.968 / 0.771 over 26 sets, against 0.963 / 0.799.
-DEFAULT_TARGET_PRECISION = 0.975
+# The precision the bar is fitted for, over the pairs it decides. The fit cuts at the
+# deepest rank that still reaches it, so a few false hits fewer from the word rules loosen
+# it much: held out pair by pair, the 26 fitted sets meet the goal 16 times at 0.975, 19
+# at 0.98 and 20 at 0.985; the six held-back sets 1, 4 and 2 times (0.985 costs recall).
+DEFAULT_TARGET_PRECISION = 0.98
 
 
 @dataclass(frozen=True)
@@ -73,4 +74,4 @@ class OverlapBar:
 # Fitted by `semgate cache fit-overlap --pairs tests/data/cache_pairs*.jsonl`: every
 # labelled set, floor 0.60 (the default threshold), DEFAULT_TARGET_PRECISION.
 # tests/cache/test_overlap_fit.py refits and checks these numbers.
-DEFAULT_BAR = OverlapBar(base=0.380, per_jaccard=0.119, per_sequence=0.718)
+DEFAULT_BAR = OverlapBar(base=0.387, per_jaccard=0.142, per_sequence=0.691)

@@ -120,6 +120,23 @@ NEAR_MISSES = [
         {"question_type"},
     ),
     ("How do I count a 6/8 rhythm?", "How do I count a 3/4 rhythm?", {"numbers"}),
+    # How long a thing takes is no deadline, and a length no date.
+    (
+        "How long do refunds take to process?",
+        "How long do I have to request a refund?",
+        {"question_type"},
+    ),
+    (
+        "How long is the movie Oppenheimer?",
+        "When was the movie Oppenheimer released?",
+        {"question_type"},
+    ),
+    (
+        "How long can cooked rice stay in the fridge?",
+        "How long can cooked rice sit out at room temperature?",
+        {"contrast"},
+    ),
+    ("Can I return shoes within 14 days?", "Can I return shoes within 3 weeks?", {"numbers"}),
 ]
 
 PARAPHRASES = [
@@ -204,6 +221,38 @@ PARAPHRASES = [
     ("How long do I have to return a jacket?", "what is the return window for a jacket"),
     ("How early should I get to the stadium?", "how far in advance should I get to the stadium"),
     ("When are property taxes due?", "what are the due dates for property taxes"),
+    # A span of time in another unit is the same span; a lone 1 is the unit quantity.
+    (
+        "Do I need a visa to visit Japan for two weeks?",
+        "Do I need a visa for a 14-day trip to Japan?",
+    ),
+    ("Can I cancel within 24 hours of booking?", "can I cancel within a day of booking"),
+    ("Is twenty-five too old to learn piano?", "is 25 too old to learn piano"),
+    # How long a process takes is when it ends; a deadline is a date; "how soon" and "how
+    # many months in advance" ask when; "how many days a week" how often.
+    ("How long does it take to get my refund?", "when will I get my refund"),
+    (
+        "What is the deadline to apply for fall admission?",
+        "when are applications for fall admission due",
+    ),
+    (
+        "How soon should I book a wedding venue?",
+        "how many months in advance should I book a wedding venue",
+    ),
+    ("How many days a week should I lift weights?", "how often per week should I lift weights"),
+    ("How long do I have to wait for my refund?", "How long does my refund take?"),
+    # "When baking, ..." opens no when-question; "a person who falls" no who-question;
+    # "where to enter" asks how; "what am I doing wrong" asks why.
+    (
+        "What's a good substitute for eggs in baking?",
+        "When baking, what can I use instead of eggs?",
+    ),
+    (
+        "What happens if you fall into a black hole?",
+        "what happens to a person who falls into a black hole",
+    ),
+    ("How do I enter a promo code at checkout?", "where to enter a promo code at checkout"),
+    ("Why won't my bread rise?", "my bread isn't rising, what am I doing wrong"),
 ]
 
 
