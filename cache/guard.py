@@ -731,10 +731,23 @@ def _frame(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[int, int]:
     return p, s
 
 
+def _american(word: str) -> str:
+    """A stem in American spelling: colour/color, organis(e)/organiz(e), defenc(e)/defens(e)
+    (stems, so "-ise" is "is"); short words keep theirs (hour, tour, this)."""
+    if len(word) >= 5 and word.endswith("our"):
+        return word[:-3] + "or"
+    if len(word) >= 6 and word.endswith(("is", "ys")):
+        return word[:-1] + "z"
+    if len(word) >= 6 and word.endswith("enc"):
+        return word[:-1] + "s"
+    return word
+
+
 def _same_word(x: str, y: str) -> bool:
-    """One word up to inflection, hyphens or abbreviation (spider/spiders, e-mail/email,
-    env/environment); operators and numbers are never "the same" as another."""
-    x, y = x.replace("-", ""), y.replace("-", "")
+    """One word up to inflection, hyphens, abbreviation or British spelling (spider/spiders,
+    e-mail/email, env/environment, colour/color); operators and numbers are never "the
+    same" as another."""
+    x, y = _american(x.replace("-", "")), _american(y.replace("-", ""))
     if not (x.isalpha() and y.isalpha()):
         return False
     # A shared stem of six letters or more, most of the shorter word: pythagorean and

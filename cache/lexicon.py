@@ -745,6 +745,8 @@ SYNONYM_GROUPS: list[set[str]] = [
     {"closer", "nearer"}, {"smallest", "tiniest"}, {"toxic", "poisonous", "poison"}, {"age", "old"},
     {"country", "countries", "nation"},
     {"flash", "blink"}, {"annual", "annually", "yearly"}, {"restart", "reboot"},
+    {"often", "frequently"}, {"avoid", "prevent"}, {"undo", "revert"},
+    {"build", "built", "construct", "constructed"},
     {"times", "x", "multiplied"}, {"load", "read", "open"}, {"quit", "stop", "exit"},
     {"rich", "wealthy"}, {"smart", "intelligent", "clever"}, {"ill", "sick"},
     {"hard", "difficult"}, {"easy", "simple"}, {"try", "attempt"},

@@ -253,6 +253,12 @@ PARAPHRASES = [
     ),
     ("How do I enter a promo code at checkout?", "where to enter a promo code at checkout"),
     ("Why won't my bread rise?", "my bread isn't rising, what am I doing wrong"),
+    # British spelling and a few common synonyms are no exchanged word.
+    ("Why do leaves change color in autumn?", "Why do leaves change colour in autumn?"),
+    ("How do I organize my closet?", "how do i organise my closet"),
+    ("How often should I water a cactus?", "How frequently should I water a cactus?"),
+    ("How can I avoid jet lag?", "how can i prevent jet lag"),
+    ("Who built the pyramids of Giza?", "Who constructed the pyramids of Giza?"),
 ]
 
 
