@@ -531,8 +531,8 @@ _AGENT_NOUNS = (
     "|band|author|writer|novelist|poet|composer|artist|painter|president|scientist"
     "|inventor|director|character|man|woman|king|queen|emperor|ruler|leader"
 )
-# A word between "which"/"what" and an agent noun, unless a preposition: after one the noun
-# is its object ("what happens to a person who ..." asks what, not who).
+# A word between "which"/"what" and an agent noun, unless a preposition or "if"/"when":
+# after one the noun is its object ("what happens to a person who ..." asks what, not who).
 _NOT_A_PREPOSITION = r"(?!(?:to|for|with|from|into|about|at|on|in|if|when)\b)"
 # (question type, regex over the lower-cased words). The earliest cue wins, ties go to
 # the first listed; "what"/"which" count only when no other cue is present.
