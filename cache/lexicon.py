@@ -90,7 +90,7 @@ LARGER_TIME_UNITS: dict[str, list[tuple[int, str]]] = {
     "second": [(60, "minute")], "minute": [(60, "hour")], "hour": [(24, "day")],
     "day": [(365, "year"), (7, "week")], "month": [(12, "year")],
 }
-CARDINAL_WORDS = frozenset(_ONES[1:])
+CARDINAL_WORDS = frozenset(_ONES[1:] + _TENS)
 # A unit right after these is what the question asks for: "how many miles", "what percent".
 ASKING_WORDS = frozenset({"what", "which", "many", "much"})
 TIME_UNIT_NAMES = frozenset({"second", "minute", "hour", "day", "week", "month", "year"})
@@ -293,10 +293,9 @@ CONTRAST_GROUPS: list[set[str]] = [
     {"new", "used"},
     {"manual", "automatic"},
     {"sunny", "rainy", "snowy", "cloudy", "windy"},
-    # Where food keeps: "last in the fridge" and "sit out at room temperature" differ. The
-    # fridge's two names sit in two groups, so they never oppose each other.
-    {"fridge", "freezer", "room", "counter", "pantry"},
-    {"refrigerator", "freezer", "room", "counter", "pantry"},
+    # Where food keeps: "last in the fridge" and "sit out at room temperature" differ
+    # (fridge and refrigerator are synonyms below, so they never oppose each other).
+    {"fridge", "refrigerator", "freezer", "room", "counter", "pantry"},
 ]
 
 # Names users often type in lower case. Capitalised words are found without this list.
@@ -531,9 +530,10 @@ _AGENT_NOUNS = (
     "|band|author|writer|novelist|poet|composer|artist|painter|president|scientist"
     "|inventor|director|character|man|woman|king|queen|emperor|ruler|leader"
 )
-# A word between "which"/"what" and an agent noun, unless a preposition or "if"/"when":
-# after one the noun is its object ("what happens to a person who ..." asks what, not who).
-_NOT_A_PREPOSITION = r"(?!(?:to|for|with|from|into|about|at|on|in|if|when)\b)"
+# A word between "which"/"what" and an agent noun, unless it opens a phrase of its own (a
+# preposition, "if", "when"): the noun is then that phrase's ("what happens to a person
+# who ..." and "what happens if a man ..." ask what, not who).
+_NOT_OPENING_A_PHRASE = r"(?!(?:to|for|with|from|into|about|at|on|in|if|when)\b)"
 # (question type, regex over the lower-cased words). The earliest cue wins, ties go to
 # the first listed; "what"/"which" count only when no other cue is present.
 QUESTION_TYPES: list[tuple[str, str]] = [
@@ -584,7 +584,7 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     # "which male tennis player" who holds a record.
     (
         "who",
-        rf"\b(who|whom|whose)\b|\b(which|what(?:'s| is)?) ({_NOT_A_PREPOSITION}\w+ ){{0,3}}?"
+        rf"\b(who|whom|whose)\b|\b(which|what(?:'s| is)?) ({_NOT_OPENING_A_PHRASE}\w+ ){{0,3}}?"
         rf"({_AGENT_NOUNS})\b",
     ),
     # "when should I use X" asks for conditions, like "how do I choose X".

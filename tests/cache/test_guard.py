@@ -228,6 +228,7 @@ PARAPHRASES = [
     ),
     ("Can I cancel within 24 hours of booking?", "can I cancel within a day of booking"),
     ("Is twenty-five too old to learn piano?", "is 25 too old to learn piano"),
+    ("Can I park here for sixty minutes?", "can i park here for an hour"),
     # How long a process takes is when it ends; a deadline is a date; "how soon" and "how
     # many months in advance" ask when; "how many days a week" how often.
     ("How long does it take to get my refund?", "when will I get my refund"),

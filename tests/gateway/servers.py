@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from cache.redis_server import free_port
 from gateway.serve_process import ServeProcess as Server
 from gateway.serve_process import serving
 
-__all__ = ["MODEL", "Server", "free_port", "metric", "serving"]
+__all__ = ["MODEL", "Server", "free_port", "metric", "serving", "wait_for_idle_engine"]
 
 MODEL = "smollm2-135m-instruct"
 
@@ -22,3 +24,20 @@ def metric(server: Server, sample: str, missing: float | None = None) -> float:
     if missing is None:
         raise AssertionError(f"{sample} not exported")
     return missing
+
+
+ENGINE_GAUGES = (
+    "semgate_num_requests_running",
+    "semgate_num_requests_waiting",
+    "semgate_kv_cache_usage_perc",
+)
+
+
+def wait_for_idle_engine(server: Server, timeout: float = 10) -> None:
+    """Waits until the engine reports nothing running, waiting or in the KV cache. The
+    engine core is a child process that applies aborts and reports its gauges after the
+    gateway has moved on, so a test reads them only once they settle (a hang guard, not
+    a timing bound; the test asserts the gauges itself)."""
+    deadline = time.monotonic() + timeout
+    while any(metric(server, g) for g in ENGINE_GAUGES) and time.monotonic() < deadline:
+        time.sleep(0.05)

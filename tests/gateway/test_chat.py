@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import uuid
 
 import httpx
@@ -14,7 +13,7 @@ import openai
 import pytest
 
 from tests.gateway.conftest import ALICE, BOB, chat_body, messages, settle
-from tests.gateway.servers import MODEL, Server, metric
+from tests.gateway.servers import MODEL, Server, metric, wait_for_idle_engine
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
@@ -227,15 +226,7 @@ def test_a_hit_aborts_the_engine_request_started_early(alice: openai.OpenAI, gat
     for _ in range(3):
         _, h = ask(alice, "Which mountain is the tallest on Earth?")
         assert h["x-cache-status"] == "Hit"
-    deadline = time.monotonic() + 10
-    gauges = (
-        "semgate_num_requests_running",
-        "semgate_num_requests_waiting",
-        "semgate_kv_cache_usage_perc",
-    )
-    # The core (a child process) reports its gauges after it has applied the aborts.
-    while any(metric(gateway, g) for g in gauges) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_idle_engine(gateway)
     assert metric(gateway, "semgate_num_requests_running") == 0
     assert metric(gateway, "semgate_num_requests_waiting") == 0
     assert metric(gateway, "semgate_kv_cache_usage_perc") == 0

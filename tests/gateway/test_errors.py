@@ -3,7 +3,6 @@ openai SDK's exception classes and raw HTTP."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import httpx
@@ -11,7 +10,7 @@ import openai
 import pytest
 
 from tests.gateway.conftest import ALICE, chat_body, messages
-from tests.gateway.servers import MODEL, Server, metric
+from tests.gateway.servers import MODEL, Server, metric, wait_for_idle_engine
 
 
 def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict:
@@ -153,9 +152,7 @@ def test_disconnect_mid_stream_frees_the_engine_blocks(gateway: Server):
         assert metric(gateway, "semgate_num_requests_running") == 1
         assert metric(gateway, "semgate_kv_cache_usage_perc") > 0
     # Leaving the `with` closes the connection mid-answer: the engine must let go at once.
-    deadline = time.monotonic() + 10
-    while metric(gateway, "semgate_num_requests_running") and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for_idle_engine(gateway)
     assert metric(gateway, "semgate_num_requests_running") == 0
     assert metric(gateway, "semgate_kv_cache_usage_perc") == 0
 
@@ -169,19 +166,9 @@ def test_disconnect_before_a_json_answer_aborts_its_engine_request(gateway: Serv
     headers = {"Authorization": f"Bearer {ALICE}", "Cache-Control": "no-store"}
     with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=2) as client:
         client.post(gateway.url + "/v1/chat/completions", json=body, headers=headers)
-
-    # The gateway counts the abort before the engine core (a child process) has applied
-    # it and reported its gauges: wait for all three.
-    def settled() -> bool:
-        return (
-            metric(gateway, aborted, missing=0) > before
-            and metric(gateway, "semgate_num_requests_running") == 0
-            and metric(gateway, "semgate_kv_cache_usage_perc") == 0
-        )
-
-    deadline = time.monotonic() + 10
-    while not settled() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # The gateway counts the abort before it sends it to the engine, so an idle engine
+    # means the abort is counted too.
+    wait_for_idle_engine(gateway)
     assert metric(gateway, aborted, missing=0) == before + 1
     assert metric(gateway, "semgate_num_requests_running") == 0
     assert metric(gateway, "semgate_kv_cache_usage_perc") == 0
