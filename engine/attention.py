@@ -7,6 +7,15 @@ attention output. Metadata is built once per step and shared by every layer.
 The model runner orders a batch as decodes (one query token each) first, then
 speculating decodes (the last token plus a few proposed ones), then prefill
 chunks, so a backend can treat the leading short queries as one padded batch.
+
+TorchAttention computes every query row the same way whatever else is in the step,
+so greedy output does not depend on batching, chunking or speculation even where
+the linear layers round activations to bfloat16 (which turns a 1e-7 difference
+into a different token now and then). SDPA's CPU kernel gives a row bit-identical
+results when (measured on torch 2.13) its keys are padded to a multiple of 16
+under an explicit mask, never sliced to the exact length or masked by is_causal,
+and its sequence has at least 3 query rows (1 and 2 take other code paths):
+keys run to whole blocks and short queries are padded to MIN_QUERY_ROWS.
 """
 
 from __future__ import annotations
@@ -49,13 +58,14 @@ class _Chunk:
     start: int
     end: int
     block_ids: torch.Tensor
-    context_len: int
-    mask: torch.Tensor | None  # None: plain causal (the chunk is the whole context)
+    mask: torch.Tensor  # [query, keys of its whole blocks]
 
 
 # Queries up to this long join the padded batch; longer ones (prefill chunks) are
 # attended one sequence at a time, where padding would waste more than it saves.
 MAX_SHORT_QUERY = 16
+# Short queries are padded to at least this many rows (see the module docstring).
+MIN_QUERY_ROWS = 3
 
 
 @dataclass
@@ -64,13 +74,12 @@ class _ShortBatch:
 
     num_tokens: int  # their rows in the flat batch
     block_tables: torch.Tensor  # [n, max_blocks]
-    keys: int  # key positions attended over
     max_query: int
-    mask: torch.Tensor | None  # [n, 1, max_query, keys]; None: every key valid for every query
-    # max_query > 1: flat row of each padded query slot (pads repeat a real row), and
-    # the padded slot of each flat row, to pad and unpad.
-    pad_index: torch.Tensor | None
-    unpad_index: torch.Tensor | None
+    mask: torch.Tensor  # [n, 1, max_query, keys of the widest block table]
+    # The flat row of each padded query slot (pads repeat a real row), and the padded
+    # slot of each flat row, to pad and unpad.
+    pad_index: torch.Tensor
+    unpad_index: torch.Tensor
 
 
 @dataclass
@@ -102,16 +111,11 @@ class TorchAttention:
         start = short.num_tokens if short else 0
         for s in seqs[num_short:]:
             end = start + s.query_len
-            past = s.context_len - s.query_len
-            chunk_mask = None
-            if past:
-                # Query i sits at position past + i and sees keys 0..past + i.
-                q_pos = torch.arange(past, s.context_len, device=self.device)
-                k_pos = torch.arange(s.context_len, device=self.device)
-                chunk_mask = k_pos[None, :] <= q_pos[:, None]
-            chunks.append(
-                _Chunk(start, end, self._tensor(s.block_table), s.context_len, chunk_mask)
-            )
+            # Query i sits at position past + i and sees keys 0..past + i.
+            q_pos = torch.arange(s.context_len - s.query_len, s.context_len, device=self.device)
+            k_pos = torch.arange(len(s.block_table) * block_size, device=self.device)
+            mask = k_pos[None, :] <= q_pos[:, None]
+            chunks.append(_Chunk(start, end, self._tensor(s.block_table), mask))
             start = end
         return TorchAttentionMetadata(slot_mapping, short, chunks)
 
@@ -120,27 +124,20 @@ class TorchAttention:
         tables = self._tensor([s.block_table + [0] * (width - len(s.block_table)) for s in seqs])
         lens = [s.context_len for s in seqs]
         qlens = [s.query_len for s in seqs]
-        max_query = max(qlens)
+        max_query = max(*qlens, MIN_QUERY_ROWS)
         num_tokens = sum(qlens)
-        if max_query == 1 and min(lens) == max(lens):
-            # Equal contexts (always so for a single stream): slice, no mask,
-            # which lets SDPA skip the masking work.
-            return _ShortBatch(num_tokens, tables, lens[0], 1, None, None, None)
-        keys = width * block_size
         # Query i of a sequence sits at position context_len - query_len + i and sees
         # the keys up to it; pad queries copy the last real one.
         lens_t, qlens_t = self._tensor(lens), self._tensor(qlens)
         i = torch.arange(max_query, device=self.device)
         q_pos = lens_t[:, None] - qlens_t[:, None] + torch.minimum(i[None, :], qlens_t[:, None] - 1)
-        key_pos = torch.arange(keys, device=self.device)
+        key_pos = torch.arange(width * block_size, device=self.device)
         mask = (key_pos[None, None, :] <= q_pos[:, :, None]).unsqueeze(1)
-        if max_query == 1:
-            return _ShortBatch(num_tokens, tables, keys, 1, mask, None, None)
         starts = torch.cumsum(qlens_t, 0) - qlens_t
         pad_index = (starts[:, None] + torch.minimum(i[None, :], qlens_t[:, None] - 1)).flatten()
         slot = torch.arange(len(seqs), device=self.device)[:, None] * max_query + i[None, :]
         unpad_index = slot[i[None, :] < qlens_t[:, None]]
-        return _ShortBatch(num_tokens, tables, keys, max_query, mask, pad_index, unpad_index)
+        return _ShortBatch(num_tokens, tables, max_query, mask, pad_index, unpad_index)
 
     def forward(
         self,
@@ -163,14 +160,13 @@ class TorchAttention:
         if short is not None:
             out[: short.num_tokens] = self._short(q[: short.num_tokens], k_cache, v_cache, short)
         for c in meta.chunks:
-            keys = _gather(k_cache, c.block_ids)[: c.context_len].transpose(0, 1)
-            values = _gather(v_cache, c.block_ids)[: c.context_len].transpose(0, 1)
+            keys = _gather(k_cache, c.block_ids).transpose(0, 1)
+            values = _gather(v_cache, c.block_ids).transpose(0, 1)
             out[c.start : c.end] = F.scaled_dot_product_attention(
                 q[c.start : c.end].transpose(0, 1).unsqueeze(0),
                 keys.unsqueeze(0),
                 values.unsqueeze(0),
                 attn_mask=c.mask,
-                is_causal=c.mask is None,
                 enable_gqa=True,
             )[0].transpose(0, 1)
         return out.view(num_tokens, num_heads * head_dim)
@@ -180,19 +176,13 @@ class TorchAttention:
         q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, short: _ShortBatch
     ) -> torch.Tensor:
         """The short queries as one padded batch: [their tokens, heads, head_dim]."""
-        keys = _gather(k_cache, short.block_tables)[:, : short.keys].transpose(1, 2)
-        values = _gather(v_cache, short.block_tables)[:, : short.keys].transpose(1, 2)
+        keys = _gather(k_cache, short.block_tables).transpose(1, 2)
+        values = _gather(v_cache, short.block_tables).transpose(1, 2)
         n, heads, dim = short.block_tables.shape[0], q.shape[1], q.shape[2]
-        if short.pad_index is None:  # one query each: no padding
-            padded = q.unsqueeze(2)
-        else:
-            padded = q.index_select(0, short.pad_index).view(n, short.max_query, heads, dim)
-            padded = padded.transpose(1, 2)
+        padded = q.index_select(0, short.pad_index).view(n, short.max_query, heads, dim)
         out = F.scaled_dot_product_attention(
-            padded, keys, values, attn_mask=short.mask, enable_gqa=True
+            padded.transpose(1, 2), keys, values, attn_mask=short.mask, enable_gqa=True
         )
-        if short.unpad_index is None:
-            return out.squeeze(2)
         out = out.transpose(1, 2).reshape(n * short.max_query, heads, dim)
         return out.index_select(0, short.unpad_index)
 

@@ -14,6 +14,7 @@ BUNDLED_MODELS: dict[str, tuple[str, str]] = {
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_NUM_SPEC_TOKENS = 8
+QUANTIZATION_CHOICES = ("auto", "none", "int8", "int4")
 
 
 def resolve_model_path(model: str) -> Path:
@@ -60,6 +61,10 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     attention_backend: str = "auto"  # "auto" | "torch"
+    # Weights of the linear layers on CPU: None or "none" (dtype), "int8" or "int4";
+    # see engine/quantized_linear.py. "auto": int4 on CPU (the fastest mode that meets
+    # its quality goal, docs/engine.md), none elsewhere.
+    quantization: str | None = "auto"
     # Speculative decoding: None, "ngram" (prompt lookup) or "draft" (a smaller model
     # sharing the tokenizer; without spec_draft_model, the target's own first
     # spec_draft_layers layers plus its final norm and head).
@@ -82,6 +87,17 @@ class EngineConfig:
             self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, not {self.dtype!r}")
+        if self.quantization == "auto":
+            self.quantization = "int4" if self.device == "cpu" else None
+        if self.quantization == "none":
+            self.quantization = None
+        if self.quantization not in (None, *QUANTIZATION_CHOICES[2:]):
+            raise ValueError(
+                f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}, "
+                f"not {self.quantization!r}"
+            )
+        if self.quantization is not None and self.device != "cpu":
+            raise ValueError(f"quantization {self.quantization} has CPU kernels only")
         if self.max_num_batched_tokens is None:
             self.max_num_batched_tokens = max(64, self.max_num_seqs)
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):

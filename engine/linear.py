@@ -1,4 +1,5 @@
-"""Dense layers with the fastest weight layout for the device.
+"""Dense layers with the fastest weight layout for the device, and the choice
+between them and the quantized ones (engine/quantized_linear.py).
 
 On CPU, MKL's plain sgemm/sgemv reaches about a third of memory bandwidth for
 the skinny batches of decode (1-64 rows), while oneDNN with weights reordered
@@ -11,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from engine.quantized_linear import Int4Linear, Int8Linear
 
 
 def _onednn_usable(weight: torch.Tensor) -> bool:
@@ -38,3 +41,21 @@ class Linear(nn.Module):
             x.reshape(-1, self.in_features).contiguous(), self.packed, self.bias, "none", [], ""
         )
         return out.view(*shape[:-1], self.out_features)
+
+
+QUANTIZATIONS = ("int8", "int4")
+
+
+def build_linear(
+    weight: torch.Tensor, bias: torch.Tensor | None = None, quantization: str | None = None
+) -> nn.Module:
+    """A linear layer over weight ([out, in]) in the given quantization (None: as is)."""
+    if quantization is None:
+        return Linear(weight, bias)
+    if weight.device.type != "cpu":
+        raise ValueError(f"{quantization} weights have CPU kernels only, not {weight.device.type}")
+    if quantization == "int8":
+        return Int8Linear(weight, bias)
+    if quantization == "int4":
+        return Int4Linear(weight, bias)
+    raise ValueError(f"quantization must be one of {QUANTIZATIONS} or None, not {quantization!r}")

@@ -62,7 +62,14 @@ class LLMEngine:
         model_config, weights, self.tokenizer = load_model_files(config.model_path)
         self.model_config = model_config
         self.max_model_len = config.max_model_len or model_config.max_position_embeddings
-        self.model = CausalLM(model_config, weights, self.max_model_len, device, config.torch_dtype)
+        self.model = CausalLM(
+            model_config,
+            weights,
+            self.max_model_len,
+            device,
+            config.torch_dtype,
+            config.quantization,
+        )
         num_blocks = config.num_kv_blocks or max(
             1,
             config.kv_cache_memory
@@ -107,11 +114,12 @@ class LLMEngine:
             config, self.model, self.runner, self.block_manager, self.max_model_len, self.stats
         )
         log.info(
-            "engine ready in %.2fs: %s on %s (%s), %d KV blocks, attention=%s",
+            "engine ready in %.2fs: %s on %s (%s, weights %s), %d KV blocks, attention=%s",
             time.perf_counter() - started,
             config.model_path.name,
             config.device,
             config.dtype,
+            config.quantization or config.dtype,
             num_blocks,
             self.runner.attention.name,
         )

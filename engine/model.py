@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.attention import AttentionBackend
-from engine.linear import Linear
+from engine.linear import build_linear
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,11 @@ class ModelConfig:
     max_position_embeddings: int
 
 
+# The LM head in each quantization: int8 in both quantized modes. A GGUF file's
+# tied embedding is usually Q8_0 or better, which 4 bits would coarsen.
+_HEAD_QUANTIZATION: dict[str | None, str | None] = {None: None, "int8": "int8", "int4": "int8"}
+
+
 class RMSNorm(nn.Module):
     def __init__(self, weight: torch.Tensor, eps: float) -> None:
         super().__init__()
@@ -40,11 +45,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalised in float32 whatever the weights' dtype, as Hugging Face
-        # does. Spelled out: on CPU, F.rms_norm is a slower composite.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)  # a no-op for float32
+        # One fused kernel (aten._fused_rms_norm, which reduces in float32 whatever
+        # the input dtype); the spelled-out form took five.
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 class RotaryEmbedding(nn.Module):
@@ -56,26 +59,26 @@ class RotaryEmbedding(nn.Module):
             theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim)
         )
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.register_buffer("cos", torch.cat([freqs, freqs], dim=-1).cos(), persistent=False)
+        # rotate_half(x) * sin == roll(x, half) * [-sin, sin]: the sign lives in the
+        # table, so a rotation is a roll, two multiplies and an add.
+        signed = torch.cat([-freqs.sin(), freqs.sin()], dim=-1)
+        self.register_buffer("signed_sin", signed, persistent=False)
 
     def tables(
         self, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin for a step's positions, [tokens, 1, head_dim]: looked up once per step."""
-        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(
-            dtype
-        )
+        """cos and signed sin for a step's positions, [tokens, 1, head_dim]: looked up
+        once per step."""
+        cos = self.cos[positions].unsqueeze(1).to(dtype)
+        return cos, self.signed_sin[positions].unsqueeze(1).to(dtype)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return x * cos + _rotate_half(x) * sin
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    # Not torch.addcmul: its vectorized loop fuses the multiply-add and its scalar loop
+    # does not, so a row's result would depend on the batch's shape (and, through
+    # bfloat16 activations, the greedy tokens on the batch).
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 def _param(t: torch.Tensor) -> nn.Parameter:
@@ -83,7 +86,9 @@ def _param(t: torch.Tensor) -> nn.Parameter:
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:
+    def __init__(
+        self, cfg: ModelConfig, w: dict[str, torch.Tensor], quantization: str | None
+    ) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = (
             cfg.num_heads,
@@ -96,12 +101,12 @@ class DecoderLayer(nn.Module):
         self.mlp_norm = RMSNorm(w["mlp_norm"], cfg.rms_norm_eps)
         # q, k and v in one matmul, gate and up in another: fewer, larger kernels.
         qkv_bias = torch.cat([w["q_bias"], w["k_bias"], w["v_bias"]]) if "q_bias" in w else None
-        self.qkv = Linear(torch.cat([w["q"], w["k"], w["v"]]), qkv_bias)
+        self.qkv = build_linear(torch.cat([w["q"], w["k"], w["v"]]), qkv_bias, quantization)
         self.q_norm = RMSNorm(w["q_norm"], cfg.rms_norm_eps) if "q_norm" in w else None
         self.k_norm = RMSNorm(w["k_norm"], cfg.rms_norm_eps) if "k_norm" in w else None
-        self.o = Linear(w["o"])
-        self.gate_up = Linear(torch.cat([w["gate"], w["up"]]))
-        self.down = Linear(w["down"])
+        self.o = build_linear(w["o"], None, quantization)
+        self.gate_up = build_linear(torch.cat([w["gate"], w["up"]]), None, quantization)
+        self.down = build_linear(w["down"], None, quantization)
 
     def forward(
         self,
@@ -136,17 +141,22 @@ class CausalLM(nn.Module):
         max_positions: int,
         device: torch.device,
         dtype: torch.dtype,
+        quantization: str | None = None,
     ) -> None:
         super().__init__()
         self.config = cfg
+        self.quantization = quantization
         weights = {k: v.to(device=device, dtype=dtype) for k, v in weights.items()}
         self.embed = _param(weights["embed"])
         # Tied embeddings when the file has no separate output matrix.
-        self.lm_head = Linear(weights.get("lm_head", weights["embed"]))
+        self.lm_head = build_linear(
+            weights.get("lm_head", weights["embed"]), None, _HEAD_QUANTIZATION[quantization]
+        )
         self.norm = RMSNorm(weights["norm"], cfg.rms_norm_eps)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_positions).to(device)
         self.layers = nn.ModuleList(
-            DecoderLayer(cfg, _layer_weights(weights, i)) for i in range(cfg.num_layers)
+            DecoderLayer(cfg, _layer_weights(weights, i), quantization)
+            for i in range(cfg.num_layers)
         )
 
     @torch.inference_mode()

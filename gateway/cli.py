@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gateway.cache_cli import add_cache_commands
-from gateway.serve_cli import add_serve_command
+from gateway.serve_cli import QUANTIZATION_CHOICES, add_serve_command
 
 console = Console(stderr=True)
 
@@ -21,7 +21,9 @@ console = Console(stderr=True)
 def _engine_config(args: argparse.Namespace) -> Any:
     from engine import EngineConfig
 
-    return EngineConfig(model=args.model, max_model_len=args.max_model_len)
+    return EngineConfig(
+        model=args.model, max_model_len=args.max_model_len, quantization=args.quantization
+    )
 
 
 def _stream_answer(llm: Any, messages: list[dict[str, str]], params: Any) -> str:
@@ -93,6 +95,20 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_quality(args: argparse.Namespace) -> int:
+    from engine.bench.quality_bench import run_quality_bench
+
+    run_quality_bench(quick=args.quick, out_path=args.out)
+    return 0
+
+
+def cmd_bench_quant(args: argparse.Namespace) -> int:
+    from engine.bench.quant_bench import run_quant_bench
+
+    run_quant_bench(quick=args.quick, out_path=args.out, llama_server=args.llama_server)
+    return 0
+
+
 def cmd_bench_cache(args: argparse.Namespace) -> int:
     from gateway.cache_bench import run_cache_bench
 
@@ -120,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("prompt", nargs="*", help="one prompt to answer; none opens a REPL")
     chat.add_argument("--model", default="smollm2-135m-instruct")
     chat.add_argument("--max-model-len", type=int, default=None)
+    chat.add_argument(
+        "--quantization", choices=QUANTIZATION_CHOICES, default="auto", help="weights on CPU"
+    )
     chat.add_argument("--system", default=None, help="system prompt")
     chat.add_argument("--max-tokens", type=int, default=512)
     chat.add_argument("--temperature", type=float, default=0.7)
@@ -137,6 +156,25 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--quick", action="store_true", help="a short smoke run")
     spec.add_argument("--out", type=Path, default=Path("bench-results/spec.json"))
     spec.set_defaults(func=cmd_bench_spec)
+    quality = bench_sub.add_parser(
+        "quality", help="perplexity and greedy agreement of each weight quantization"
+    )
+    quality.add_argument("--quick", action="store_true", help="a short smoke run")
+    quality.add_argument("--out", type=Path, default=Path("bench-results/quality.json"))
+    quality.set_defaults(func=cmd_bench_quality)
+    quant = bench_sub.add_parser(
+        "quant", help="decode speed of each weight quantization against llama.cpp"
+    )
+    quant.add_argument("--quick", action="store_true", help="a short smoke run")
+    quant.add_argument("--out", type=Path, default=Path("bench-results/quant.json"))
+    quant.add_argument(
+        "--llama-server",
+        type=Path,
+        default=None,
+        help="llama-server binary (default: $LLAMA_SERVER, PATH, .venv/llama.cpp/bin; "
+        "scripts/build-llama-server builds one)",
+    )
+    quant.set_defaults(func=cmd_bench_quant)
     cache_bench = bench_sub.add_parser("cache", help="cache lookup latency and throughput")
     cache_bench.add_argument("--quick", action="store_true", help="a short smoke run")
     cache_bench.add_argument("--out", type=Path, default=Path("bench-results/cache.json"))

@@ -44,6 +44,7 @@ def build_upstream(settings: Settings) -> Upstream:
         num_spec_tokens=settings.num_spec_tokens,
         spec_draft_model=settings.spec_draft_model,
         num_threads=settings.num_threads,
+        quantization=settings.quantization,
     )
     return InProcessEngine(config, max_waiting=settings.max_waiting)
 

@@ -62,6 +62,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# engine.config.QUANTIZATION_CHOICES, spelled here so that --help imports no torch
+# (tests/gateway/test_settings.py holds them equal).
+QUANTIZATION_CHOICES = ("auto", "none", "int8", "int4")
+
+
 def add_serve_command(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser(
         "serve",
@@ -75,6 +80,12 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-model-len", type=int, default=None)
     serve.add_argument("--max-num-seqs", type=int, default=None, help="engine batch size")
     serve.add_argument("--num-threads", type=int, default=None, help="engine CPU threads")
+    serve.add_argument(
+        "--quantization",
+        choices=QUANTIZATION_CHOICES,
+        default=None,
+        help="engine weights on CPU (default auto: int4)",
+    )
     serve.add_argument(
         "--max-num-batched-tokens", type=int, default=None, help="token budget of one step"
     )

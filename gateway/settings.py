@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from cache import DEFAULT_THRESHOLD, Thresholds
-from engine.config import DEFAULT_MODEL, DEFAULT_NUM_SPEC_TOKENS
+from engine.config import DEFAULT_MODEL, DEFAULT_NUM_SPEC_TOKENS, QUANTIZATION_CHOICES
 
 RATE_UNITS = ("second", "minute", "hour", "day")
 
@@ -40,6 +40,7 @@ class Settings:
     num_spec_tokens: int = DEFAULT_NUM_SPEC_TOKENS
     spec_draft_model: str | None = None  # "draft" without one: the target's own first layers
     num_threads: int | None = None
+    quantization: str = "auto"  # "auto" (int4 on CPU) | "none" | "int8" | "int4"
     # Requests allowed to wait for a free engine slot; past it, 429 with Retry-After.
     max_waiting: int = 256
     upstreams: list[str] = field(default_factory=list)
@@ -74,6 +75,11 @@ class Settings:
                 raise ValueError(f"{name} must be >= 1")
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
+        if self.quantization not in QUANTIZATION_CHOICES:
+            raise ValueError(
+                f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}, "
+                f"not {self.quantization!r}"
+            )
         if any(not key or not tenant for key, tenant in self.api_keys.items()):
             raise ValueError("API keys and tenant names must be non-empty")
         self.upstreams = [u.rstrip("/") for u in self.upstreams if u.strip()]

@@ -81,7 +81,9 @@ def _drafter(
             f"the draft model's vocabulary ({draft_cfg.vocab_size}) differs from the "
             f"target's ({target.vocab_size}): a draft must share the target's tokenizer"
         )
-    draft = CausalLM(draft_cfg, weights, max_model_len, runner.device, config.torch_dtype)
+    draft = CausalLM(
+        draft_cfg, weights, max_model_len, runner.device, config.torch_dtype, config.quantization
+    )
     kv_caches = allocate_kv_cache(
         draft_cfg.num_layers,
         num_blocks,

@@ -26,6 +26,12 @@ def hf_reference():
     return model.eval(), tokenizer
 
 
+@pytest.fixture(scope="session")
+def float32_llm(make_llm):
+    """The engine with float32 weights, as the reference runs them (the CPU default is int4)."""
+    return make_llm(quantization=None)
+
+
 def first_step_logits(engine: LLMEngine, token_ids: list[int]) -> torch.Tensor:
     """Our engine's next-token logits after a whole prompt, through the real runner."""
     seq = engine.make_sequence(token_ids, SamplingParams(max_tokens=1))

@@ -40,7 +40,8 @@ def test_chat_template_matches_transformers(llm, hf_reference):
         assert ours == theirs
 
 
-def test_first_step_logits_match_transformers(llm, hf_reference):
+def test_first_step_logits_match_transformers(float32_llm, hf_reference):
+    llm = float32_llm
     model, _ = hf_reference
     for prompt in PROMPTS:
         ids = llm.tokenizer.encode(prompt)
@@ -50,7 +51,8 @@ def test_first_step_logits_match_transformers(llm, hf_reference):
         assert torch.allclose(ours, ref, atol=1e-3, rtol=0), (prompt, (ours - ref).abs().max())
 
 
-def test_greedy_continuations_match_transformers(llm, hf_reference):
+def test_greedy_continuations_match_transformers(float32_llm, hf_reference):
+    llm = float32_llm
     model, _ = hf_reference
     params = SamplingParams(max_tokens=64, temperature=0.0)
     token_ids = [llm.tokenizer.encode(p) for p in PROMPTS]

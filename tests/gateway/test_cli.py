@@ -33,3 +33,18 @@ def test_chat_without_prompt_or_terminal_explains_usage():
     result = _semgate("chat")
     assert result.returncode == 2
     assert "usage" in result.stderr
+
+
+def test_chat_in_each_quantization_answers():
+    for mode in ("none", "int8"):
+        result = _semgate(
+            "chat", "What is the capital of France?", "--temperature", "0", "--quantization", mode
+        )
+        assert result.returncode == 0, result.stderr
+        assert "Paris" in result.stdout
+
+
+def test_an_unknown_quantization_is_refused_readably():
+    result = _semgate("chat", "--quantization", "int3", "hi")
+    assert result.returncode == 2
+    assert "invalid choice: 'int3'" in result.stderr

@@ -1,0 +1,92 @@
+"""Linear layers with quantized weights, for CPU decode.
+
+Decode reads every weight once a token, so fewer bytes a weight is the lever;
+but on CPU the kernel matters more than the format (docs/engine.md has the
+measurements). Both layers here are weight-only, over bfloat16 activations:
+aten's int8 and int4 CPU kernels are fast only for bfloat16 inputs (with float32
+ones 2-15x slower than float32 weights). Weight-only also keeps each row's result
+independent of the other rows in the batch, so quantized greedy output does not
+depend on scheduling. fbgemm's dynamic int8 (int8 activations with one scale a
+call) was faster but broke both: outlier channels entering the MLP's down
+projection (up to 700x the median) wiped out the other channels' precision
+(perplexity 1.77x float32's), and a row's scale depended on its batch.
+
+- int8: symmetric int8 weights, one scale per output channel.
+- int4: asymmetric groups of 32 along the input (GGUF's Q4_0/Q4_1 block size, so
+  a Q4_1 file's blocks map onto it exactly).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+INT4_GROUP_SIZE = 32  # GGUF's Q4 block: min/max requantization recovers a Q4_1 grid exactly
+_INT4_LEVELS = 15
+
+
+class Int8Linear(nn.Module):
+    """Symmetric int8 weights per output channel, bfloat16 activations (weight-only)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        scales = (weight.float().abs().amax(dim=1) / 127).clamp(min=1e-12)
+        self.qweight = torch.round(weight.float() / scales[:, None]).to(torch.int8)
+        self.scales = scales.bfloat16()
+        self.bias = None if bias is None else bias.float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        out = torch.ops.aten._weight_int8pack_mm(
+            x.reshape(-1, self.in_features).bfloat16(), self.qweight, self.scales
+        ).to(x.dtype)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*shape[:-1], self.out_features)
+
+
+def quantize_int4(
+    weight: torch.Tensor, group_size: int = INT4_GROUP_SIZE
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit groups: (q in 0..15 as int32 [out, in], scale, minimum [out, groups]).
+
+    Each group's minimum maps to 0 and its maximum to 15, as llama.cpp's Q4_1 does,
+    so weights dequantized from a Q4_1 file come back to the very same integers.
+    """
+    out_features, in_features = weight.shape
+    groups = weight.float().reshape(out_features, in_features // group_size, group_size)
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+    scale = ((high - low) / _INT4_LEVELS).clamp(min=1e-12)
+    q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, _INT4_LEVELS)
+    return q.to(torch.int32).reshape(out_features, in_features), scale, low
+
+
+class Int4Linear(nn.Module):
+    """4-bit weights in groups of 32 (scale and minimum per group), bfloat16 activations."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        if self.in_features % INT4_GROUP_SIZE:
+            raise ValueError(f"int4 needs in_features divisible by {INT4_GROUP_SIZE}")
+        q, scale, low = quantize_int4(weight)
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        # The kernel computes (q - 8) * scale + zero: zero is the group's value at q = 8.
+        zero = low + 8 * scale
+        self.scales_and_zeros = (
+            torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().bfloat16()
+        )
+        self.bias = None if bias is None else bias.float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.reshape(-1, self.in_features).bfloat16(),
+            self.packed,
+            INT4_GROUP_SIZE,
+            self.scales_and_zeros,
+        ).to(x.dtype)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*shape[:-1], self.out_features)

@@ -1,0 +1,46 @@
+"""Within each weight mode, greedy output does not depend on scheduling: batching,
+chunked prefill, prefix caching and speculation. test_equivalence.py and test_spec.py
+cover the default mode (int4 on CPU) in depth; these cover the other two."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.conftest import GREEDY_64
+from tests.engine.prompts import PROMPTS
+from tests.engine.test_spec import GREEDY, MIXED
+
+BATCH = PROMPTS[:12]
+
+
+@pytest.fixture(scope="module", params=[None, "int8"], ids=["float32", "int8"])
+def mode(request) -> str | None:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def alone(make_llm, mode) -> list[list[int]]:
+    llm = make_llm(quantization=mode, enable_prefix_caching=False)
+    return [llm.generate(p, GREEDY_64)[0].token_ids for p in BATCH]
+
+
+def test_batched_and_chunked_equal_alone(make_llm, mode, alone):
+    llm = make_llm(quantization=mode, enable_prefix_caching=False)
+    assert [o.token_ids for o in llm.generate(BATCH, GREEDY_64)] == alone
+    chunked = make_llm(quantization=mode, max_num_batched_tokens=24, max_num_seqs=16)
+    assert [o.token_ids for o in chunked.generate(BATCH, GREEDY_64)] == alone
+
+
+def test_a_prefix_cache_hit_keeps_the_output(make_llm, mode, alone):
+    llm = make_llm(quantization=mode, max_num_batched_tokens=24, max_num_seqs=16)
+    first = llm.generate(BATCH[-1], GREEDY_64)[0]
+    again = llm.generate(BATCH[-1], GREEDY_64)[0]
+    assert again.num_cached_tokens >= 16
+    assert first.token_ids == again.token_ids == alone[-1]
+
+
+def test_speculation_is_lossless(make_llm, mode):
+    reference = make_llm(quantization=mode, enable_prefix_caching=False).generate(MIXED, GREEDY)
+    spec = make_llm(quantization=mode, spec_method="ngram", num_spec_tokens=5)
+    assert [o.token_ids for o in spec.generate(MIXED, GREEDY)] == [o.token_ids for o in reference]
+    assert spec.engine.stats.spec_accepted_tokens > 0

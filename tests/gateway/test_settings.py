@@ -1,0 +1,23 @@
+"""Settings from the environment: quantization."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import QUANTIZATION_CHOICES
+from gateway.serve_cli import QUANTIZATION_CHOICES as CLI_QUANTIZATION_CHOICES
+from gateway.settings import Settings
+
+
+def test_quantization_comes_from_the_environment():
+    assert Settings.load(env={"SEMGATE_QUANTIZATION": "int8"}).quantization == "int8"
+    assert Settings.load(env={}).quantization == "auto"
+
+
+def test_an_unknown_quantization_is_refused_at_start():
+    with pytest.raises(ValueError, match="quantization must be one of auto, none, int8, int4"):
+        Settings.load(env={"SEMGATE_QUANTIZATION": "int3"})
+
+
+def test_the_cli_offers_the_engine_choices():
+    assert CLI_QUANTIZATION_CHOICES == QUANTIZATION_CHOICES
