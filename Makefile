@@ -23,6 +23,8 @@ test: $(BOOT)
 bench: $(BOOT)
 	$(VENV)/bin/semgate bench engine
 	$(VENV)/bin/semgate bench spec
+	$(VENV)/bin/semgate bench quality
+	$(VENV)/bin/semgate bench quant
 	$(VENV)/bin/semgate bench cache
 	$(VENV)/bin/semgate bench gateway
 

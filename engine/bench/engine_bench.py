@@ -520,6 +520,7 @@ def _run_all(model: str, sizes: Sizes, progress: Progress) -> tuple[dict[str, An
     goals = [*g1, *g2, *g3, *g4]
     results["device"] = cached.engine.config.device
     results["dtype"] = cached.engine.config.dtype
+    results["quantization"] = cached.engine.config.quantization
     return results, goals
 
 
@@ -598,6 +599,8 @@ def run_engine_bench(
         "elapsed_s": time.perf_counter() - started,
     }
     write_report(out_path, report)
+    weights = results["quantization"] or results["dtype"]
+    console.print(f"Our weights: {weights} (transformers: {results['dtype']})")
     console.print(goal_table(goals))
     console.print(itl_table(results["chunked_prefill"]))
     load = results["load"]
