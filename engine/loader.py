@@ -100,11 +100,49 @@ def _unpermute(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 def _dequantize(tensor: Any) -> torch.Tensor:
     if tensor.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-        array = np.array(tensor.data, dtype=np.float32)  # a copy: the memmap is read-only
+        flat = torch.from_numpy(np.array(tensor.data, dtype=np.float32))  # a copy: read-only map
+    elif tensor.tensor_type in TORCH_DEQUANTIZERS:
+        flat = TORCH_DEQUANTIZERS[tensor.tensor_type](torch.from_numpy(np.array(tensor.data)))
     else:
-        array = dequantize(tensor.data, tensor.tensor_type)
+        flat = torch.from_numpy(np.ascontiguousarray(dequantize(tensor.data, tensor.tensor_type)))
     shape = tuple(reversed([int(d) for d in tensor.shape]))
-    return torch.from_numpy(np.ascontiguousarray(array).reshape(shape))
+    return flat.reshape(shape)
+
+
+# The common GGUF block types in torch: about 3x faster than gguf's numpy (2 s of a
+# 3 s load for the bundled model), and bit-identical to it (the same float32 q * d + m).
+def _halves(blocks: torch.Tensor, start: int) -> torch.Tensor:
+    """A float16 field of each block, as float32 [blocks, 1]."""
+    return blocks[:, start : start + 2].contiguous().view(torch.float16).float()
+
+
+def _q4_0(raw: torch.Tensor) -> torch.Tensor:
+    """Blocks of 32: float16 scale, 16 bytes of nibbles (low: weights 0-15, high: 16-31)."""
+    blocks = raw.reshape(-1, 18)
+    qs = blocks[:, 2:]
+    q = torch.cat([qs & 0x0F, qs >> 4], dim=1).float() - 8
+    return q * _halves(blocks, 0)
+
+
+def _q4_1(raw: torch.Tensor) -> torch.Tensor:
+    """Blocks of 32: float16 scale and minimum, then nibbles as in Q4_0."""
+    blocks = raw.reshape(-1, 20)
+    qs = blocks[:, 4:]
+    q = torch.cat([qs & 0x0F, qs >> 4], dim=1).float()
+    return q * _halves(blocks, 0) + _halves(blocks, 2)
+
+
+def _q8_0(raw: torch.Tensor) -> torch.Tensor:
+    """Blocks of 32: float16 scale, 32 int8 weights."""
+    blocks = raw.reshape(-1, 34)
+    return blocks[:, 2:].contiguous().view(torch.int8).float() * _halves(blocks, 0)
+
+
+TORCH_DEQUANTIZERS = {
+    GGMLQuantizationType.Q4_0: _q4_0,
+    GGMLQuantizationType.Q4_1: _q4_1,
+    GGMLQuantizationType.Q8_0: _q8_0,
+}
 
 
 def _rename(name: str, global_map: dict[str, str], layer_map: dict[str, str], prefix: str) -> str:
@@ -144,7 +182,7 @@ def load_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
         max_position_embeddings=meta.get(f"{arch}.context_length", 2048),
     )
     named = [(_rename(t.name, _GGUF_GLOBAL, _GGUF_LAYER, "blk."), t) for t in reader.tensors]
-    # numpy releases the GIL inside dequantisation: one thread per core.
+    # numpy and torch release the GIL inside dequantisation: one thread per core.
     with ThreadPoolExecutor() as pool:
         tensors = list(pool.map(_dequantize, [t for name, t in named if name]))
     weights = dict(zip([name for name, _ in named if name], tensors, strict=True))

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
 from safetensors.torch import save_file
 
 from engine import LLM, EngineConfig
 from engine.config import resolve_model_path
+from engine.loader import TORCH_DEQUANTIZERS
 from tests.engine.conftest import GREEDY_64
 from tests.engine.prompts import PROMPTS
 
@@ -58,3 +63,13 @@ def test_hugging_face_directory_gives_the_same_outputs(hf_dir, llm):
     assert hf_llm.tokenizer.apply_chat_template(messages) == llm.tokenizer.apply_chat_template(
         messages
     )
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+def test_torch_dequantization_equals_gguf(kind):
+    qtype = GGMLQuantizationType[kind]
+    weights = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+    blocks = quantize(weights, qtype)
+    ours = TORCH_DEQUANTIZERS[qtype](torch.from_numpy(blocks.copy()))
+    theirs = torch.from_numpy(np.ascontiguousarray(dequantize(blocks, qtype)))
+    assert torch.equal(ours.reshape(theirs.shape), theirs)
