@@ -148,43 +148,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
-    engine = bench_sub.add_parser("engine", help="the engine against Hugging Face transformers")
-    engine.add_argument("--quick", action="store_true", help="a one-minute smoke run")
-    engine.add_argument("--out", type=Path, default=Path("bench-results/engine.json"))
-    engine.set_defaults(func=cmd_bench_engine)
-    spec = bench_sub.add_parser("spec", help="speculative decoding on against off")
-    spec.add_argument("--quick", action="store_true", help="a short smoke run")
-    spec.add_argument("--out", type=Path, default=Path("bench-results/spec.json"))
-    spec.set_defaults(func=cmd_bench_spec)
-    quality = bench_sub.add_parser(
-        "quality", help="perplexity and greedy agreement of each weight quantization"
-    )
-    quality.add_argument("--quick", action="store_true", help="a short smoke run")
-    quality.add_argument("--out", type=Path, default=Path("bench-results/quality.json"))
-    quality.set_defaults(func=cmd_bench_quality)
-    quant = bench_sub.add_parser(
-        "quant", help="decode speed of each weight quantization against llama.cpp"
-    )
-    quant.add_argument("--quick", action="store_true", help="a short smoke run")
-    quant.add_argument("--out", type=Path, default=Path("bench-results/quant.json"))
-    quant.add_argument(
-        "--llama-server",
-        type=Path,
-        default=None,
-        help="llama-server binary (default: $LLAMA_SERVER, PATH, .venv/llama.cpp/bin; "
-        "scripts/build-llama-server builds one)",
-    )
-    quant.set_defaults(func=cmd_bench_quant)
-    cache_bench = bench_sub.add_parser("cache", help="cache lookup latency and throughput")
-    cache_bench.add_argument("--quick", action="store_true", help="a short smoke run")
-    cache_bench.add_argument("--out", type=Path, default=Path("bench-results/cache.json"))
-    cache_bench.set_defaults(func=cmd_bench_cache)
-    gateway_bench = bench_sub.add_parser(
-        "gateway", help="cache-hit latency and miss overhead over HTTP, against in-process"
-    )
-    gateway_bench.add_argument("--quick", action="store_true", help="a one-minute smoke run")
-    gateway_bench.add_argument("--out", type=Path, default=Path("bench-results/gateway.json"))
-    gateway_bench.set_defaults(func=cmd_bench_gateway)
+    benches = [
+        ("engine", "the engine against Hugging Face transformers", cmd_bench_engine),
+        ("spec", "speculative decoding on against off", cmd_bench_spec),
+        ("quality", "perplexity and greedy agreement of each weight mode", cmd_bench_quality),
+        ("quant", "decode speed of each weight mode against llama.cpp", cmd_bench_quant),
+        ("cache", "cache lookup latency and throughput", cmd_bench_cache),
+        (
+            "gateway",
+            "cache-hit latency and miss overhead over HTTP, against in-process",
+            cmd_bench_gateway,
+        ),
+    ]
+    for name, help_text, func in benches:
+        one = bench_sub.add_parser(name, help=help_text)
+        one.add_argument("--quick", action="store_true", help="a short smoke run")
+        one.add_argument("--out", type=Path, default=Path(f"bench-results/{name}.json"))
+        one.set_defaults(func=func)
+        if name == "quant":
+            one.add_argument(
+                "--llama-server",
+                type=Path,
+                default=None,
+                help="llama-server binary (default: $LLAMA_SERVER, PATH, .venv/llama.cpp/bin; "
+                "scripts/build-llama-server builds one)",
+            )
     add_cache_commands(sub)
     add_serve_command(sub)
     from loadtest.cli import add_subcommands as add_loadtest_commands  # argparse only

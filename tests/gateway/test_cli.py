@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def _semgate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -16,8 +18,16 @@ def _semgate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_chat_answers_one_prompt():
-    result = _semgate("chat", "What is the capital of France?", "--temperature", "0")
+@pytest.mark.parametrize("quantization", ["auto", "none", "int8"])
+def test_chat_answers_one_prompt(quantization):
+    result = _semgate(
+        "chat",
+        "What is the capital of France?",
+        "--temperature",
+        "0",
+        "--quantization",
+        quantization,
+    )
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout
 
@@ -33,15 +43,6 @@ def test_chat_without_prompt_or_terminal_explains_usage():
     result = _semgate("chat")
     assert result.returncode == 2
     assert "usage" in result.stderr
-
-
-def test_chat_in_each_quantization_answers():
-    for mode in ("none", "int8"):
-        result = _semgate(
-            "chat", "What is the capital of France?", "--temperature", "0", "--quantization", mode
-        )
-        assert result.returncode == 0, result.stderr
-        assert "Paris" in result.stdout
 
 
 def test_an_unknown_quantization_is_refused_readably():
