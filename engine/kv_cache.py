@@ -9,6 +9,7 @@ freed first, so a later request can still hit them.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Sequence as Seq
 
@@ -172,6 +173,9 @@ def kv_cache_bytes_per_block(
     return 2 * num_layers * block_size * num_kv_heads * head_dim * dtype.itemsize
 
 
+_FRESH_MMAP_BYTES = 64 << 20  # above glibc's largest dynamic mmap threshold (32 MiB)
+
+
 def allocate_kv_cache(
     num_layers: int,
     num_blocks: int,
@@ -184,13 +188,15 @@ def allocate_kv_cache(
     """One tensor, viewed per layer as [2 (k, v), num_blocks, block_size, kv_heads, head_dim].
 
     Attention masks unused slots, but a NaN there would still poison the
-    softmax-weighted sum, so the cache must start finite. On CPU a fresh large
-    allocation is anonymous mmap memory, which the kernel hands out zeroed page
-    by page on first touch: torch.empty avoids a second of page faults at
-    start. Device memory comes from a caching allocator, so it is zeroed.
+    softmax-weighted sum (attention reads whole blocks, unwritten slots too), so
+    the cache must start finite. On CPU an allocation over glibc's largest mmap
+    threshold (32 MiB) is fresh anonymous memory, which the kernel hands out
+    zeroed page by page on first touch: torch.empty avoids a second of page
+    faults at start for the default 1 GiB. A smaller one may reuse freed heap
+    memory, so it is zeroed, as is device memory (a caching allocator's).
     """
-    alloc = torch.empty if device.type == "cpu" else torch.zeros
-    cache = alloc(
-        num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
-    )
+    shape = (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    fresh = device.type == "cpu" and nbytes > _FRESH_MMAP_BYTES
+    cache = (torch.empty if fresh else torch.zeros)(shape, dtype=dtype, device=device)
     return list(cache.unbind(0))

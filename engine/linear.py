@@ -43,19 +43,13 @@ class Linear(nn.Module):
         return out.view(*shape[:-1], self.out_features)
 
 
-QUANTIZATIONS = ("int8", "int4")
+LAYERS: dict[str | None, type[nn.Module]] = {None: Linear, "int8": Int8Linear, "int4": Int4Linear}
 
 
 def build_linear(
     weight: torch.Tensor, bias: torch.Tensor | None = None, quantization: str | None = None
 ) -> nn.Module:
     """A linear layer over weight ([out, in]) in the given quantization (None: as is)."""
-    if quantization is None:
-        return Linear(weight, bias)
-    if weight.device.type != "cpu":
-        raise ValueError(f"{quantization} weights have CPU kernels only, not {weight.device.type}")
-    if quantization == "int8":
-        return Int8Linear(weight, bias)
-    if quantization == "int4":
-        return Int4Linear(weight, bias)
-    raise ValueError(f"quantization must be one of {QUANTIZATIONS} or None, not {quantization!r}")
+    if quantization not in LAYERS:
+        raise ValueError(f"quantization must be one of {list(LAYERS)}, not {quantization!r}")
+    return LAYERS[quantization](weight, bias)

@@ -145,7 +145,6 @@ class CausalLM(nn.Module):
     ) -> None:
         super().__init__()
         self.config = cfg
-        self.quantization = quantization
         weights = {k: v.to(device=device, dtype=dtype) for k, v in weights.items()}
         self.embed = _param(weights["embed"])
         # Tied embeddings when the file has no separate output matrix.

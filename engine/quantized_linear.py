@@ -25,25 +25,38 @@ INT4_GROUP_SIZE = 32  # GGUF's Q4 block: min/max requantization recovers a Q4_1 
 _INT4_LEVELS = 15
 
 
-class Int8Linear(nn.Module):
-    """Symmetric int8 weights per output channel, bfloat16 activations (weight-only)."""
+class _WeightOnlyLinear(nn.Module):
+    """What both layers share: rows flattened and cast to bfloat16 for the kernel,
+    float bias added after, the caller's dtype and leading dimensions restored."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        scales = (weight.float().abs().amax(dim=1) / 127).clamp(min=1e-12)
-        self.qweight = torch.round(weight.float() / scales[:, None]).to(torch.int8)
-        self.scales = scales.bfloat16()
         self.bias = None if bias is None else bias.float()
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """[rows, in] bfloat16 -> [rows, out]."""
+        raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        out = torch.ops.aten._weight_int8pack_mm(
-            x.reshape(-1, self.in_features).bfloat16(), self.qweight, self.scales
-        ).to(x.dtype)
+        out = self._matmul(x.reshape(-1, self.in_features).bfloat16()).to(x.dtype)
         if self.bias is not None:
             out = out + self.bias
         return out.view(*shape[:-1], self.out_features)
+
+
+class Int8Linear(_WeightOnlyLinear):
+    """Symmetric int8 weights per output channel, bfloat16 activations (weight-only)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        super().__init__(weight, bias)
+        scales = (weight.float().abs().amax(dim=1) / 127).clamp(min=1e-12)
+        self.qweight = torch.round(weight.float() / scales[:, None]).to(torch.int8)
+        self.scales = scales.bfloat16()
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scales)
 
 
 def quantize_int4(
@@ -62,12 +75,11 @@ def quantize_int4(
     return q.to(torch.int32).reshape(out_features, in_features), scale, low
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(_WeightOnlyLinear):
     """4-bit weights in groups of 32 (scale and minimum per group), bfloat16 activations."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        super().__init__()
-        self.out_features, self.in_features = weight.shape
+        super().__init__(weight, bias)
         if self.in_features % INT4_GROUP_SIZE:
             raise ValueError(f"int4 needs in_features divisible by {INT4_GROUP_SIZE}")
         q, scale, low = quantize_int4(weight)
@@ -77,16 +89,8 @@ class Int4Linear(nn.Module):
         self.scales_and_zeros = (
             torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().bfloat16()
         )
-        self.bias = None if bias is None else bias.float()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            x.reshape(-1, self.in_features).bfloat16(),
-            self.packed,
-            INT4_GROUP_SIZE,
-            self.scales_and_zeros,
-        ).to(x.dtype)
-        if self.bias is not None:
-            out = out + self.bias
-        return out.view(*shape[:-1], self.out_features)
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x, self.packed, INT4_GROUP_SIZE, self.scales_and_zeros
+        )

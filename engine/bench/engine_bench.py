@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -41,12 +40,21 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from engine.bench.report import met_cell, progress, summary_ms, write_report
+from engine.bench.report import (
+    fmt,
+    greedy,
+    median,
+    met_cell,
+    progress,
+    rotated,
+    summary_ms,
+    warm_up,
+    write_report,
+)
 from engine.bench.sharegpt import sample_requests, token_stream
 from engine.config import DEFAULT_MODEL, EngineConfig
 from engine.llm import LLM
 from engine.metrics import RequestMetrics
-from engine.sampling_params import SamplingParams
 
 DEFAULT_OUT = Path("bench-results/engine.json")
 T = TypeVar("T")
@@ -123,20 +131,6 @@ class Goal:
         return self.ratio >= self.target if self.op == ">=" else self.ratio <= self.target
 
 
-def _greedy(max_tokens: int) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-
-
-def _rotated(items: Sequence[T], shift: int) -> list[T]:
-    """items rotated left by shift, so repeats alternate which side goes first."""
-    k = shift % len(items)
-    return [*items[k:], *items[:k]]
-
-
-def _median(xs: Sequence[float]) -> float:
-    return float(statistics.median(xs))
-
-
 class HFReference:
     """transformers' own model on the same weights, device and dtype as our engine."""
 
@@ -189,10 +183,6 @@ class HFReference:
             torch.cuda.synchronize(self.device)
 
 
-def _warm_up(llm: LLM) -> None:
-    llm.generate("Warm-up.", _greedy(4))
-
-
 # 1. Single-stream decode
 
 
@@ -204,7 +194,7 @@ def bench_single_stream(
     theirs: list[float] = []
 
     def run_ours(prompt: list[int]) -> None:
-        itl = llm.generate(prompt, _greedy(n))[0].metrics.itl
+        itl = llm.generate(prompt, greedy(n))[0].metrics.itl
         ours.append(len(itl) / sum(itl))
 
     def run_hf(prompt: list[int]) -> None:
@@ -215,14 +205,14 @@ def bench_single_stream(
     task = progress.add_task("1/4 single-stream decode", total=sizes.repeats * len(prompts))
     for r in range(sizes.repeats):
         for prompt in prompts:
-            for side in _rotated([run_ours, run_hf], r):
+            for side in rotated([run_ours, run_hf], r):
                 side(prompt)
             progress.advance(task)
     result = {
         "new_tokens": n,
         "prompt_lens": [len(p) for p in prompts],
-        "ours_tok_s": _median(ours),
-        "hf_tok_s": _median(theirs),
+        "ours_tok_s": median(ours),
+        "hf_tok_s": median(theirs),
         "ours_samples": ours,
         "hf_samples": theirs,
     }
@@ -251,7 +241,7 @@ def bench_throughput(
 
     def ours() -> float:
         start = time.perf_counter()
-        outs = llm.generate([p for p, _ in requests], [_greedy(n) for _, n in requests])
+        outs = llm.generate([p for p, _ in requests], [greedy(n) for _, n in requests])
         elapsed = time.perf_counter() - start
         if sum(len(o.token_ids) for o in outs) != total:
             raise RuntimeError("our engine generated a different number of tokens than asked")
@@ -280,9 +270,9 @@ def bench_throughput(
     }
     seconds: dict[str, list[float]] = {name: [] for name in sides}
     for r in range(sizes.throughput_repeats):
-        for name in _rotated(list(sides), r):
+        for name in rotated(list(sides), r):
             seconds[name].append(sides[name]())
-    tok_s = {name: total / _median(s) for name, s in seconds.items()}
+    tok_s = {name: total / median(s) for name, s in seconds.items()}
     result: dict[str, Any] = {
         "num_requests": len(requests),
         "output_tokens": total,
@@ -345,13 +335,13 @@ def stall_run(
         for out in engine.step():
             seen[out.request_id] = out.metrics
 
-    ids = [engine.add_request(p, _greedy(sizes.stream_tokens)) for p in streams]
+    ids = [engine.add_request(p, greedy(sizes.stream_tokens)) for p in streams]
     while len(seen) < len(ids):  # until every stream has its first token
         step()
     for _ in range(sizes.stream_warmup_steps):
         step()
     arrival = time.perf_counter()
-    long_id = engine.add_request(long_prompt, _greedy(1)) if long_prompt else None
+    long_id = engine.add_request(long_prompt, greedy(1)) if long_prompt else None
     while engine.has_unfinished():
         step()
     metrics = [seen[i] for i in ids]
@@ -370,9 +360,9 @@ def _summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for key, first in runs[0].items():
         if isinstance(first, dict):
-            summary[key] = {stat: _median([r[key][stat] for r in runs]) for stat in first}
+            summary[key] = {stat: median([r[key][stat] for r in runs]) for stat in first}
         else:
-            summary[key] = _median([r[key] for r in runs])
+            summary[key] = median([r[key] for r in runs])
     return summary
 
 
@@ -392,7 +382,7 @@ def bench_stall(
     task = progress.add_task("3/4 chunked-prefill stall", total=sizes.repeats * len(runs))
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
     for r in range(sizes.repeats):
-        for name in _rotated(list(runs), r):
+        for name in rotated(list(runs), r):
             samples[name].append(runs[name]())
             progress.advance(task)
     summary = {name: _summarize(runs_) for name, runs_ in samples.items()}
@@ -446,16 +436,16 @@ def bench_prefix(
         # Each repeat has its own prefix, so its first request finds nothing cached.
         base = text[r * (p + 2 * s) : (r + 1) * (p + 2 * s)]
         prefix = base[:p]
-        cold.append(llm.generate(prefix + base[p : p + s], _greedy(1))[0].metrics)
-        warm.append(llm.generate(prefix + base[p + s :], _greedy(1))[0].metrics)
+        cold.append(llm.generate(prefix + base[p : p + s], greedy(1))[0].metrics)
+        warm.append(llm.generate(prefix + base[p + s :], greedy(1))[0].metrics)
         progress.advance(task)
     cold_ms = [m.ttft * 1000 for m in cold]
     warm_ms = [m.ttft * 1000 for m in warm]
     result = {
         "prefix_len": p,
         "prompt_len": p + s,
-        "cold_ttft_ms": _median(cold_ms),
-        "cached_ttft_ms": _median(warm_ms),
+        "cold_ttft_ms": median(cold_ms),
+        "cached_ttft_ms": median(warm_ms),
         "cold_samples_ms": cold_ms,
         "cached_samples_ms": warm_ms,
         "cold_cached_tokens": [m.num_cached_tokens for m in cold],
@@ -492,7 +482,7 @@ def _run_all(model: str, sizes: Sizes, progress: Progress) -> tuple[dict[str, An
     load_started = time.perf_counter()
     hf = HFReference(llm.engine.config, pad_token_id=min(tok.eos_token_ids, default=0))
     hf_load_s = time.perf_counter() - load_started
-    _warm_up(llm)
+    warm_up(llm)
     hf.time_generate([requests[0][0]], 2)
     progress.update(loading, total=1, completed=1)
 
@@ -504,7 +494,7 @@ def _run_all(model: str, sizes: Sizes, progress: Progress) -> tuple[dict[str, An
     del hf
 
     unchunked = LLM(EngineConfig(model, enable_chunked_prefill=False, enable_prefix_caching=False))
-    _warm_up(unchunked)
+    warm_up(unchunked)
     streams = [p for p, _ in requests[: sizes.num_streams]]
     long_prompt = text[: sizes.long_prompt_len]
     results["chunked_prefill"], g3 = bench_stall(
@@ -513,7 +503,7 @@ def _run_all(model: str, sizes: Sizes, progress: Progress) -> tuple[dict[str, An
     del unchunked, llm
 
     cached = LLM(EngineConfig(model))
-    _warm_up(cached)
+    warm_up(cached)
     results["prefix_caching"], g4 = bench_prefix(
         cached, text[sizes.long_prompt_len :], sizes, progress
     )
@@ -522,10 +512,6 @@ def _run_all(model: str, sizes: Sizes, progress: Progress) -> tuple[dict[str, An
     results["dtype"] = cached.engine.config.dtype
     results["quantization"] = cached.engine.config.quantization
     return results, goals
-
-
-def _fmt(x: float) -> str:
-    return f"{x:,.1f}" if x < 1000 else f"{x:,.0f}"
 
 
 def _round_toward_miss(goal: Goal) -> float:
@@ -542,8 +528,8 @@ def goal_table(goals: list[Goal]) -> Table:
         table.add_row(
             g.label,
             g.unit,
-            _fmt(g.ours),
-            _fmt(g.baseline),
+            fmt(g.ours),
+            fmt(g.baseline),
             f"{_round_toward_miss(g):.2f}x",
             f"{g.op} {g.target:g}x",
             met_cell(g.met),

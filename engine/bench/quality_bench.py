@@ -35,13 +35,12 @@ from rich.table import Table
 
 from engine.attention import SequenceSlice
 from engine.bench.engine_bench import Goal
-from engine.bench.report import met_cell, progress, write_report
+from engine.bench.report import greedy, met_cell, progress, write_report
 from engine.bench.sharegpt import first_exchange, iter_conversations
 from engine.config import DEFAULT_MODEL, EngineConfig, resolve_model_path
 from engine.kv_cache import allocate_kv_cache, slot_of
 from engine.llm import LLM
 from engine.loader import load_tokenizer
-from engine.sampling_params import SamplingParams
 from engine.tokenizer import Tokenizer
 
 DEFAULT_OUT = Path("bench-results/quality.json")
@@ -125,8 +124,7 @@ def score_mode(
     for prompt_ids, answer_ids in items:
         nll -= answer_logprobs(llm, prompt_ids, answer_ids).double().sum().item()
         prog.advance(task)
-    params = SamplingParams(max_tokens=GREEDY_TOKENS, temperature=0.0, ignore_eos=True)
-    greedy = [out.token_ids for out in llm.generate([p for p, _ in items], params)]
+    outputs = llm.generate([p for p, _ in items], greedy(GREEDY_TOKENS))
     prog.advance(task)
     del llm
     gc.collect()
@@ -136,17 +134,17 @@ def score_mode(
         "perplexity": math.exp(mean_nll),
         "elapsed_s": time.perf_counter() - started,
     }
-    return result, greedy
+    return result, [out.token_ids for out in outputs]
 
 
 def _run_all(model: str, items: list[Item], prog: Progress) -> tuple[dict[str, Any], list[Goal]]:
     modes: dict[str, dict[str, Any]] = {}
     reference: list[list[int]] = []
     for mode in MODES:
-        modes[mode], greedy = score_mode(model, mode, items, prog)
+        modes[mode], tokens = score_mode(model, mode, items, prog)
         if mode == "float32":  # the first mode: the others are compared with it
-            reference = greedy
-        shared = [_common_prefix(g, r) for g, r in zip(greedy, reference, strict=True)]
+            reference = tokens
+        shared = [_common_prefix(g, r) for g, r in zip(tokens, reference, strict=True)]
         modes[mode]["agreement"] = sum(shared) / (GREEDY_TOKENS * len(items))
         modes[mode]["identical_share"] = sum(n == GREEDY_TOKENS for n in shared) / len(items)
     base = modes["float32"]["perplexity"]

@@ -37,14 +37,22 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from engine.bench.engine_bench import _fmt, _greedy, _median, _rotated, _warm_up
 from engine.bench.llama_server import (
     HOW_TO_GET,
     LlamaServer,
     find_llama_server,
     llama_server_version,
 )
-from engine.bench.report import met_cell, progress, write_report
+from engine.bench.report import (
+    fmt,
+    greedy,
+    median,
+    met_cell,
+    progress,
+    rotated,
+    warm_up,
+    write_report,
+)
 from engine.bench.sharegpt import sample_requests
 from engine.config import DEFAULT_MODEL, EngineConfig
 from engine.llm import LLM
@@ -106,7 +114,7 @@ class Goal:
 
 
 def _ours_decode(llm: LLM, n: int, prompt: list[int]) -> float:
-    itl = llm.generate(prompt, _greedy(n))[0].metrics.itl
+    itl = llm.generate(prompt, greedy(n))[0].metrics.itl
     return len(itl) / sum(itl)
 
 
@@ -117,7 +125,7 @@ def _llama_decode(server: LlamaServer, n: int, prompt: list[int]) -> float:
 
 def _ours_batch(llm: LLM, requests: list[Request]) -> float:
     start = time.perf_counter()
-    outs = llm.generate([p for p, _ in requests], [_greedy(n) for _, n in requests])
+    outs = llm.generate([p for p, _ in requests], [greedy(n) for _, n in requests])
     elapsed = time.perf_counter() - start
     if sum(len(o.token_ids) for o in outs) != sum(n for _, n in requests):
         raise RuntimeError("our engine generated a different number of tokens than asked")
@@ -139,7 +147,7 @@ def _alternated(
     task = bar.add_task(label, total=repeats * len(inputs))
     for r in range(repeats):
         for x in inputs:
-            for name in _rotated(list(sides), r):
+            for name in rotated(list(sides), r):
                 samples[name].append(sides[name](x))
             bar.advance(task)
     return samples
@@ -164,7 +172,7 @@ def _run_all(model: str, sizes: Sizes, binary: Path | None, bar: Progress) -> di
         for mode, q in MODES.items()
     }
     for llm in llms.values():
-        _warm_up(llm)
+        warm_up(llm)
     config, tok = llms["float32"].engine.config, llms["float32"].tokenizer
     sampled = sample_requests(tok, sizes.num_requests, sizes.max_prompt_len, sizes.max_output_len)
     requests = [(tok.encode(prompt), n) for prompt, n in sampled]
@@ -194,13 +202,13 @@ def _run_all(model: str, sizes: Sizes, binary: Path | None, bar: Progress) -> di
             "new_tokens": n,
             "prompt_lens": [len(p) for p in prompts],
             "samples_tok_s": tok_s,
-            "tok_s": {name: _median(s) for name, s in tok_s.items()},
+            "tok_s": {name: median(s) for name, s in tok_s.items()},
         },
         "batch": {
             "num_requests": len(requests),
             "output_tokens": total,
             "samples_s": seconds,
-            "tok_s": {name: total / _median(s) for name, s in seconds.items()},
+            "tok_s": {name: total / median(s) for name, s in seconds.items()},
         },
     }
 
@@ -241,7 +249,7 @@ def sides_table(results: dict[str, Any]) -> Table:
     table.add_column(f"{batch['num_requests']} requests at once", justify="right")
     for side in [*MODES, ANCHOR]:
         if side in single["tok_s"]:
-            table.add_row(side, _fmt(single["tok_s"][side]), _fmt(batch["tok_s"][side]))
+            table.add_row(side, fmt(single["tok_s"][side]), fmt(batch["tok_s"][side]))
         else:
             table.add_row(side, "not available", "not available")
     return table
@@ -254,8 +262,8 @@ def goal_table(goals: list[Goal]) -> Table:
     for g in goals:
         # Ratios rounded down, so a miss never reads as met.
         ratio = "-" if g.ratio is None else f"{math.floor(g.ratio * 100) / 100:.2f}x"
-        baseline = "not available" if g.baseline is None else _fmt(g.baseline)
-        table.add_row(g.label, _fmt(g.ours), baseline, ratio, f">= {g.target:g}x", met_cell(g.met))
+        baseline = "not available" if g.baseline is None else fmt(g.baseline)
+        table.add_row(g.label, fmt(g.ours), baseline, ratio, f">= {g.target:g}x", met_cell(g.met))
     return table
 
 

@@ -1,12 +1,13 @@
-"""What every `semgate bench ...` shares: latency summaries, the progress bar, the
-"met?" cell and the JSON report."""
+"""What every `semgate bench ...` shares: greedy requests, alternation and medians,
+latency summaries, the progress bar, the "met?" cell and the JSON report."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from rich.console import Console
@@ -18,6 +19,34 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+
+from engine.llm import LLM
+from engine.sampling_params import SamplingParams
+
+T = TypeVar("T")
+
+
+def greedy(max_tokens: int) -> SamplingParams:
+    """Greedy with EOS ignored: every side generates exactly max_tokens."""
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+
+
+def warm_up(llm: LLM) -> None:
+    llm.generate("Warm-up.", greedy(4))
+
+
+def rotated(items: Sequence[T], shift: int) -> list[T]:
+    """items rotated left by shift, so repeats alternate which side goes first."""
+    k = shift % len(items)
+    return [*items[k:], *items[:k]]
+
+
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def fmt(x: float) -> str:
+    return f"{x:,.1f}" if x < 1000 else f"{x:,.0f}"
 
 
 def summary_ms(values_s: Sequence[float]) -> dict[str, Any]:

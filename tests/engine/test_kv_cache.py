@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 
+import torch
+
 from engine import SamplingParams
-from engine.kv_cache import BlockManager
+from engine.kv_cache import BlockManager, allocate_kv_cache
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from tests.engine.prompts import PROMPTS
@@ -73,3 +75,13 @@ def test_abort_returns_every_block_at_once(llm):
     assert engine.block_manager.num_free_blocks == free_before
     assert not engine.has_unfinished()
     assert engine.abort(ids[0]) is None
+
+
+def test_a_small_cache_starts_finite_even_on_reused_memory():
+    # Attention reads whole blocks, unwritten slots too (masked, but NaN * 0 is NaN).
+    shape = (2, 2, 4, 16, 3, 64)
+    for _ in range(3):
+        del_me = torch.full(shape, float("nan"))
+        del del_me
+        caches = allocate_kv_cache(2, 4, 16, 3, 64, torch.float32, torch.device("cpu"))
+        assert all(torch.isfinite(c).all() for c in caches)
