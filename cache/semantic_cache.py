@@ -28,10 +28,15 @@ from cache.redis_server import EmbeddedRedis, check_redis_url
 from cache.shared_flight import Claim, Codec, FlightLost, SharedFlights, aclose
 from cache.singleflight import SingleFlight
 from cache.stats import CacheStats
-from cache.store import CacheEntry, CacheStore, Candidate
+from cache.store import DEFAULT_MAX_CONNECTIONS, CacheEntry, CacheStore, Candidate
+from cache.supervisor import RedisSupervisor
 from cache.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
+
+# Questions longer than this are keyed and measured in a worker thread, so that one huge
+# prompt does not hold up every other request on the event loop.
+INLINE_KEY_CHARS = 20_000
 
 Status = Literal["hit", "miss", "bypass", "error"]
 
@@ -125,7 +130,10 @@ class SemanticCache:
         question = self.policy.question(request)
         assert question is not None
         scope = self.policy.scope(request)
-        exact_key = self.store.entry_id(scope, question)
+        if len(question) > INLINE_KEY_CHARS:  # normalizing takes ~20 ms per 1 MB
+            exact_key = await asyncio.to_thread(self.store.entry_id, scope, question)
+        else:
+            exact_key = self.store.entry_id(scope, question)
         threshold = self.threshold_for(scope) if threshold is None else threshold
         if not dry_run:
             self.stats.lookups += 1
@@ -169,7 +177,12 @@ class SemanticCache:
             return result
         # Past the embedder's window two prompts can share every embedded token:
         # such long prompts use the exact tier only (and are embedded only if stored).
-        if not self.embedder.fits(question):
+        fits = (
+            await asyncio.to_thread(self.embedder.fits, question)
+            if len(question) > INLINE_KEY_CHARS
+            else self.embedder.fits(question)
+        )
+        if not fits:
             result.reason = "prompt longer than the embedder's window: exact tier only"
             return result
         result.vector = await self.embedder.embed(question)
@@ -246,9 +259,12 @@ class SemanticCache:
         tenant: str = "default",
         context: list[dict[str, str]] | None = None,
         ttl: int | None = None,
+        usage: dict[str, int] | None = None,
     ) -> CacheEntry:
         """Warms the cache with a known question and answer (errors propagate: an
-        operator asked for this)."""
+        operator asked for this). `usage` is the answer's prompt_tokens and
+        completion_tokens as the model would count them, as a generated entry has them;
+        without it the entry's length is unknown."""
         if not question.strip() or not answer.strip():
             raise ValueError("seeding needs a non-empty question and answer")
         request = CacheRequest(
@@ -256,9 +272,8 @@ class SemanticCache:
             tenant=tenant,
             messages=[*(context or []), {"role": "user", "content": question}],
         )
-        return await self._put(
-            request, answer, None, ttl, {"finish_reason": "stop", "seeded": True}
-        )
+        metadata = {"finish_reason": "stop", "seeded": True, **(usage or {})}
+        return await self._put(request, answer, None, ttl, metadata)
 
     async def _put(
         self,
@@ -376,23 +391,27 @@ class SemanticCache:
 
 
 class CacheRuntime:
-    """Owns what the cache needs at run time: Redis (embedded unless a URL is given),
-    the embedder and the store. `async with CacheRuntime(...) as cache:`."""
+    """Owns what the cache needs at run time: Redis (embedded unless a URL is given,
+    and watched either way by `supervisor`), the embedder and the store.
+    `async with CacheRuntime(...) as cache:`."""
 
     def __init__(
         self,
         redis_url: str | None = None,
         data_dir: Path | None = None,
         maxmemory: str = "512mb",
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         **cache_options: Any,
     ) -> None:
         self.redis_url = redis_url
         self.data_dir = data_dir
         self.maxmemory = maxmemory
+        self.max_connections = max_connections
         self.cache_options = cache_options
         self.embedder: Embedder | None = None
         self.server: EmbeddedRedis | None = None
         self.store: CacheStore | None = None
+        self.supervisor: RedisSupervisor | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
     async def __aenter__(self) -> SemanticCache:
@@ -407,14 +426,20 @@ class CacheRuntime:
                 self.server = EmbeddedRedis(self.data_dir, maxmemory=self.maxmemory)
                 url = await asyncio.to_thread(self.server.start)
             self.embedder = emb = await asyncio.to_thread(Embedder)
-            self.store = CacheStore(url, emb.model_id, emb.dims)
+            self.store = CacheStore(
+                url, emb.model_id, emb.dims, max_connections=self.max_connections
+            )
             await self.store.connect()
+            self.supervisor = RedisSupervisor(self.store.client, self.server)
+            self.supervisor.start()
         except BaseException:
             await self.__aexit__()
             raise
         return SemanticCache(self.store, self.embedder, **self.cache_options)
 
     async def __aexit__(self, *exc: object) -> None:
+        if self.supervisor is not None:  # first: a server stopped here is not restarted
+            await self.supervisor.stop()
         if self.store is not None:
             await self.store.close()
         if self.embedder is not None:

@@ -41,12 +41,24 @@ FIELDS = [
     "hits",
     "metadata",
 ]
+# The longest TTL an entry may have: Redis keeps expiry as milliseconds in a signed 64-bit
+# number and fails EXPIRE past it. Ten years is beyond any useful cached answer's life.
+MAX_TTL = 10 * 365 * 24 * 3600
+# Connections a store opens at most unless told (the gateway sizes its own from its
+# concurrency); past them a command waits for a free one instead of failing.
+DEFAULT_MAX_CONNECTIONS = 64
 # Only mark a hit on a key that still exists: HINCRBY on an expired key would recreate
 # it as a ghost hash with no TTL and no vector.
 _RECORD_HIT = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HINCRBY', KEYS[1], 'hits', 1) end
 return nil
 """
+
+
+def check_ttl(ttl: int | None, name: str = "ttl") -> None:
+    """Raises ValueError unless `ttl` is None (the default TTL, or none) or 1..MAX_TTL s."""
+    if ttl is not None and not 1 <= ttl <= MAX_TTL:
+        raise ValueError(f"{name} must be from 1 to {MAX_TTL} seconds (10 years), got {ttl}")
 
 
 @dataclass(frozen=True)
@@ -111,12 +123,22 @@ class CacheStore:
         dims: int,
         index_name: str = "semgate",
         socket_timeout: float = 2.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self.url = redis_url
         self.embedder_id = embedder_id
-        self.client = aioredis.Redis.from_url(
-            redis_url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
+        # Blocking: past `max_connections` in use, a command waits (up to socket_timeout)
+        # for one to be released. redis-py's default pool raises MaxConnectionsError at
+        # once instead, which turned bursts of lookups into errors. A lookup waits at
+        # most its own budget (the facade's timeout covers the wait).
+        pool = aioredis.BlockingConnectionPool.from_url(
+            redis_url,
+            max_connections=max_connections,
+            timeout=socket_timeout,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
         )
+        self.client = aioredis.Redis.from_pool(pool)  # closing the client closes the pool
         self.schema = IndexSchema.from_dict(
             {
                 "index": {"name": index_name, "prefix": PREFIX, "storage_type": "hash"},
@@ -210,7 +232,12 @@ class CacheStore:
         entry_id: str | None = None,
     ) -> CacheEntry:
         """Stores (or replaces) the answer to `prompt` in `scope`; `ttl` in seconds, None
-        for no expiry. `entry_id`, when the caller has it, is `entry_id(scope, prompt)`."""
+        for no expiry. `entry_id`, when the caller has it, is `entry_id(scope, prompt)`.
+        All or nothing: raises ValueError for a TTL out of range before writing."""
+        # A transaction does not roll back: a command that fails inside EXEC (EXPIRE of an
+        # overflowing TTL) leaves the others applied, an entry without its expiry. So
+        # everything a command could refuse is checked before the transaction.
+        check_ttl(ttl)
         entry = CacheEntry(
             id=entry_id or self.entry_id(scope, prompt),
             prompt=prompt,

@@ -60,6 +60,10 @@ class Tokenizer:
         self.add_bos_token = add_bos_token and bos_token_id is not None
         self.chat_template = chat_template
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
+        # No token decodes to more characters than its vocabulary string has (a
+        # byte-level symbol is one byte, a metaspace one character): a text of c
+        # characters takes at least c / max_token_chars tokens, known without tokenizing.
+        self.max_token_chars = max(len(token) for token in backend.get_vocab())
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent)
         env.globals["raise_exception"] = _raise_template_error
@@ -119,8 +123,16 @@ class Tokenizer:
             chat_template=template,
         )
 
-    def encode(self, text: str) -> list[int]:
-        ids = self.backend.encode(text, add_special_tokens=True).ids
+    def min_tokens(self, num_chars: int) -> int:
+        """A lower bound on the tokens of any text of num_chars characters."""
+        return -(-num_chars // self.max_token_chars)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text`; without special tokens (no BOS) for text that continues
+        a sequence, such as an answer."""
+        ids = self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+        if not add_special_tokens:
+            return ids
         if self.add_bos_token and (not ids or ids[0] != self.bos_token_id):
             ids.insert(0, self.bos_token_id)
         return ids

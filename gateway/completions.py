@@ -9,6 +9,7 @@ carries finish_reason and usage; the route renders it as JSON or SSE.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -27,12 +28,13 @@ from cache import (
     LookupResult,
     SemanticCache,
 )
-from cache.store import CacheEntry, Candidate
+from cache.store import MAX_TTL, CacheEntry, Candidate
 from gateway.auth import OPEN_TENANT
 from gateway.early_start import EarlyStart
 from gateway.errors import APIError
 from gateway.metrics import GatewayMetrics
 from gateway.schemas import ChatCompletionRequest, ChatMessage
+from gateway.tokens import token_counter
 from gateway.upstream import ChatJob, Delta, Upstream
 
 MAX_STOP = 4
@@ -63,6 +65,12 @@ class CacheDirectives:
                 if not value.strip().isdigit():
                     raise APIError(400, f"Cache-Control max-age must be seconds, got {value!r}")
                 ttl = int(value)
+                if ttl > MAX_TTL:  # 400 rather than a shorter TTL than asked, unsaid
+                    raise APIError(
+                        400,
+                        f"Cache-Control max-age must be at most {MAX_TTL} seconds (10 years), "
+                        f"got {ttl}",
+                    )
                 store = store and ttl > 0  # max-age=0: nothing worth keeping
         return cls(lookup, store, ttl)
 
@@ -144,9 +152,15 @@ def _stop(stop: str | list[str] | None) -> list[str]:
 def _servable(job: ChatJob, entry: CacheEntry) -> bool:
     """A cached answer must fit what this request allows: within its max_tokens and free
     of its stop sequences (otherwise another candidate, or the engine, answers)."""
-    tokens = entry.metadata.get("completion_tokens")
-    if job.max_tokens is not None and isinstance(tokens, int) and tokens > job.max_tokens:
-        return False
+    if job.max_tokens is not None:
+        tokens = entry.metadata.get("completion_tokens")
+        if not isinstance(tokens, int):
+            # Unknown (seeded with no tokenizer at hand): a bound for byte-level BPE and
+            # SentencePiece. No token is shorter than a byte; add a leading word marker
+            # and the end-of-sequence token.
+            tokens = len(entry.response.encode()) + 2
+        if tokens > job.max_tokens:
+            return False
     return not any(s in entry.response for s in job.stop)
 
 
@@ -227,6 +241,7 @@ class ChatService:
         started = time.perf_counter()
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
         job = to_job(request, answer_id, self.upstream.models(), tenant)
+        self.upstream.refuse_oversized(job)
         cache_request = CacheRequest(
             model=job.model,
             messages=job.messages,
@@ -305,10 +320,21 @@ class ChatService:
         }
 
         async def final() -> AsyncGenerator[Delta, None]:
+            # Usage as a generated answer reports it: this request's own prompt and the
+            # answer, counted by the model's tokenizer where this gateway has it; else the
+            # counts stored with the entry (its original prompt's), 0 where unknown.
+            prompt = entry.metadata.get("prompt_tokens")
+            completion = entry.metadata.get("completion_tokens")
+            counter = token_counter(self.upstream, job.model)
+            if counter is not None:
+                with contextlib.suppress(ValueError):  # the chat template refused them
+                    prompt = await counter.prompt(job.messages)
+                if not isinstance(completion, int):
+                    completion = await counter.completion(entry.response)
             yield Delta(
                 finish_reason="stop",
-                prompt_tokens=int(entry.metadata.get("prompt_tokens") or 0),
-                completion_tokens=int(entry.metadata.get("completion_tokens") or 0),
+                prompt_tokens=int(prompt or 0),
+                completion_tokens=int(completion or 0),
             )
 
         timed = self._timed(Delta(entry.response), final(), "hit", started)

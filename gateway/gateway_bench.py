@@ -51,7 +51,6 @@ MAX_CHARS = 160  # short chat questions, as in `semgate bench cache`
 MAX_ANSWER_CHARS = 1000
 MAX_TOKENS = 1
 ENGINE_THREADS = 1  # each engine, the server's and the in-process one, on its own core
-HIT_MAX_TOKENS = 64  # seeded answers carry no token count, so they are still served
 READY_TIMEOUT_S = 120.0
 HIT_P50_GOAL_MS = 15.0
 OVERHEAD_P50_GOAL_MS = 5.0
@@ -136,21 +135,28 @@ def _post_chat(
     return elapsed, resp, data
 
 
-def _seed(client: httpx.Client, exchanges: list[tuple[str, str]], progress: Progress) -> None:
+def _seed(
+    client: httpx.Client, exchanges: list[tuple[str, str]], progress: Progress
+) -> list[tuple[str, int]]:
+    """Seeds the exchanges; returns each question with its answer's token count."""
     task = progress.add_task("seeding the cache (admin API)", total=len(exchanges))
     auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    seeded = []
     for question, answer in exchanges:
         body = {"question": question, "answer": answer, "model": DEFAULT_MODEL}
         resp = client.post("/admin/cache/entries", json=body, headers=auth)
         if resp.status_code != 201:
             raise RuntimeError(f"seeding failed: HTTP {resp.status_code}: {resp.text}")
+        seeded.append((question, resp.json()["metadata"]["completion_tokens"]))
         progress.advance(task)
+    return seeded
 
 
-def _hit_sample(client: httpx.Client, text: str, tier: str) -> float | None:
+def _hit_sample(client: httpx.Client, text: str, tier: str, max_tokens: int) -> float | None:
     """Seconds for one request expected to hit in `tier`, or None when it did not."""
-    # A bounded answer: a wording that misses must not run on to the context length.
-    body = _chat_body([{"role": "user", "content": text}], HIT_MAX_TOKENS)
+    # max_tokens: room for the seeded answer (a longer one is not served), and a wording
+    # that misses does not run on to the context length.
+    body = _chat_body([{"role": "user", "content": text}], max_tokens)
     elapsed, resp, _ = _post_chat(client, body)
     if resp.headers.get("x-cache-status") != "Hit":
         return None
@@ -159,13 +165,14 @@ def _hit_sample(client: httpx.Client, text: str, tier: str) -> float | None:
 
 
 def _bench_hits(
-    client: httpx.Client, questions: list[str], sizes: Sizes, progress: Progress
+    client: httpx.Client, questions: list[tuple[str, int]], sizes: Sizes, progress: Progress
 ) -> dict[str, Any]:
+    """`questions`: the seeded ones, each with its answer's token count."""
     n = sizes.hits_per_round
     task = progress.add_task("cache hits (exact / semantic)", total=2 * n * sizes.rounds)
-    for i, q in enumerate(questions[: sizes.warmup]):
+    for i, (q, tokens) in enumerate(questions[: sizes.warmup]):
         for tier in ("exact", "semantic"):
-            _hit_sample(client, _variant(q, i, tier), tier)
+            _hit_sample(client, _variant(q, i, tier), tier, tokens)
     times: dict[str, list[float]] = {"exact": [], "semantic": []}
     not_hit = {"exact": 0, "semantic": 0}
     k = 0  # cycles through the seeded questions
@@ -173,9 +180,8 @@ def _bench_hits(
         # Alternate which tier goes first from round to round.
         for tier in ("exact", "semantic") if r % 2 == 0 else ("semantic", "exact"):
             for _ in range(n):
-                elapsed = _hit_sample(
-                    client, _variant(questions[k % len(questions)], k, tier), tier
-                )
+                q, tokens = questions[k % len(questions)]
+                elapsed = _hit_sample(client, _variant(q, k, tier), tier, tokens)
                 k += 1
                 if elapsed is None:
                     not_hit[tier] += 1
@@ -331,8 +337,7 @@ def _run(sizes: Sizes, progress: Progress) -> dict[str, Any]:
                     server.wait_ready(READY_TIMEOUT_S)
                     startup_s = time.perf_counter() - started
                     progress.update(loading, total=1, completed=1)
-                    _seed(client, seeded, progress)
-                    hits = _bench_hits(client, [q for q, _ in seeded], sizes, progress)
+                    hits = _bench_hits(client, _seed(client, seeded, progress), sizes, progress)
                     misses = _bench_misses(client, llm, runner, fresh, sizes, progress)
             finally:
                 llm.shutdown()

@@ -5,6 +5,7 @@ counters are read from their owners at scrape time, so they can never drift."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,14 +18,21 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25
                    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
 
 
+class CacheHealth(NamedTuple):
+    up: bool  # Redis answers (and the cache has started)
+    redis_restarts: int  # of the embedded Redis, after it exited
+
+
 class _LiveCollector(Collector):
     def __init__(
         self,
         gauges: Callable[[], EngineGauges | None],
         cache_stats: Callable[[], CacheStats | None],
+        cache_health: Callable[[], CacheHealth | None],
     ) -> None:
         self.gauges = gauges
         self.cache_stats = cache_stats
+        self.cache_health = cache_health
 
     def collect(self) -> Iterator[Metric]:
         g = self.gauges()
@@ -52,6 +60,16 @@ class _LiveCollector(Collector):
             )
             if g.spec_method is not None:
                 yield from _spec_metrics(g)
+        health = self.cache_health()
+        if health is not None:  # None: the cache is off
+            yield GaugeMetricFamily(
+                "semgate_cache_up", "1 while the cache's Redis answers, else 0.", int(health.up)
+            )
+            yield CounterMetricFamily(
+                "semgate_cache_redis_restarts",
+                "Restarts of the embedded Redis after it exited.",
+                health.redis_restarts,
+            )
         s = self.cache_stats()
         if s is None:
             return
@@ -96,6 +114,7 @@ class GatewayMetrics:
         self,
         gauges: Callable[[], EngineGauges | None],
         cache_stats: Callable[[], CacheStats | None],
+        cache_health: Callable[[], CacheHealth | None],
     ) -> None:
         self.registry = CollectorRegistry()
         labels = ["cache_status"]
@@ -139,4 +158,4 @@ class GatewayMetrics:
         self.generation_tokens = Counter(
             "semgate_generation_tokens", "Tokens generated upstream.", registry=self.registry
         )
-        self.registry.register(_LiveCollector(gauges, cache_stats))
+        self.registry.register(_LiveCollector(gauges, cache_stats, cache_health))

@@ -1,7 +1,8 @@
 """The gateway's resources: upstream (engine or remote servers), semantic cache,
 keys, metrics. Started in the app's lifespan, in the background, so the port answers
 (/health 200, /ready 503) while the model loads; chat waits for nothing it does not
-need: until Redis is up, requests are served uncached (fail open)."""
+need: while Redis is not up (starting, or down and being restarted), requests are
+served uncached (fail open), and /ready says so without turning 503."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ import logging
 import sys
 import time
 from contextlib import AsyncExitStack
+from typing import Literal
 
 from cache import CachePolicy, CacheRuntime, SemanticCache, Thresholds
+from cache.supervisor import RedisSupervisor
 from engine import EngineConfig
 from gateway.auth import Keyring
 from gateway.completions import ChatService
 from gateway.errors import APIError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import CacheHealth, GatewayMetrics
 from gateway.settings import Settings
 from gateway.upstream import HttpUpstream, InProcessEngine, Upstream
 
@@ -56,8 +59,11 @@ class Runtime:
         self.keyring = Keyring(settings.api_keys, settings.admin_key)
         self.cache_on = settings.cache
         self.cache: SemanticCache | None = None
+        self.redis: RedisSupervisor | None = None  # set with `cache`
         self.metrics = GatewayMetrics(
-            self.upstream.gauges, lambda: self.cache.stats if self.cache else None
+            self.upstream.gauges,
+            lambda: self.cache.stats if self.cache else None,
+            self.cache_health,
         )
         # Early starts are cheap to abort in-process; against remote upstreams every hit
         # would cost them a request.
@@ -74,12 +80,29 @@ class Runtime:
         self._task: asyncio.Task[None] | None = None
 
     @property
-    def ready(self) -> bool:
-        return self.upstream.ready() and (not self.cache_on or self.cache is not None)
+    def cache_state(self) -> Literal["up", "down", "off"]:
+        if not self.cache_on:
+            return "off"
+        return "up" if self.redis is not None and self.redis.up else "down"
 
-    def check_ready(self, need_cache: bool) -> None:
-        """503 with Retry-After while the upstream (and, if asked, the cache) is not up."""
-        if self.upstream.ready() and (self.ready or not need_cache):
+    def cache_down_reason(self) -> str | None:
+        """Why the cache is down (starting, failing to start, Redis down); None if not."""
+        if self.cache_state != "down":
+            return None
+        if self.redis is not None:
+            return self.redis.down_reason
+        return self.cache_failure or "starting Redis and the embedder"
+
+    def cache_health(self) -> CacheHealth | None:
+        if not self.cache_on:
+            return None
+        restarts = self.redis.restarts if self.redis is not None else 0
+        return CacheHealth(self.cache_state == "up", restarts)
+
+    def check_ready(self) -> None:
+        """503 with Retry-After while no model or upstream can answer. The cache never
+        holds chat up: without it, requests are answered uncached."""
+        if self.upstream.ready():
             return
         raise APIError(
             503,
@@ -90,19 +113,12 @@ class Runtime:
         )
 
     def waiting_for(self) -> str:
-        missing = []
-        if not self.upstream.ready():
-            missing.append(
-                "the model" if isinstance(self.upstream, InProcessEngine) else "an upstream"
-            )
-        if self.cache_on and self.cache is None:
-            missing.append("Redis and the embedder")
-        engine_failure = (
-            self.upstream.failure if isinstance(self.upstream, InProcessEngine) else None
-        )
-        failures = [f for f in (self.upstream_failure, engine_failure, self.cache_failure) if f]
-        text = " and ".join(missing) or "nothing"
-        return f"{text} ({'; '.join(failures)})" if failures else f"starting {text}"
+        if isinstance(self.upstream, InProcessEngine):
+            what, engine_failure = "the model", self.upstream.failure
+        else:
+            what, engine_failure = "an upstream", None
+        failures = [f for f in (self.upstream_failure, engine_failure) if f]
+        return f"{what} ({'; '.join(failures)})" if failures else f"starting {what}"
 
     def announce(self) -> None:
         if self.keyring.open:
@@ -121,8 +137,6 @@ class Runtime:
 
     async def _load(self) -> None:
         await asyncio.gather(self._start_upstream(), self._start_cache())
-        if self.ready:
-            log.info("ready: http://%s:%d", self.settings.host, self.settings.port)
 
     async def _start_upstream(self) -> None:
         t0 = time.perf_counter()
@@ -134,6 +148,10 @@ class Runtime:
             log.error("%s", self.upstream_failure)
             return
         log.info("upstream ready in %.1f s: %s", time.perf_counter() - t0, self.upstream.models())
+        # Ready means chat is answered (remote upstreams may all be down yet); the cache
+        # comes up, or not, on its own.
+        if self.upstream.ready():
+            log.info("ready: http://%s:%d", self.settings.host, self.settings.port)
 
     async def _start_cache(self) -> None:
         if not self.cache_on:
@@ -146,6 +164,7 @@ class Runtime:
                 redis_url=s.redis_url,
                 data_dir=s.redis_data_dir,
                 maxmemory=s.redis_maxmemory,
+                max_connections=s.redis_max_connections,
                 thresholds=Thresholds(s.threshold, dict(s.model_thresholds),
                                       dict(s.tenant_thresholds)),
                 policy=CachePolicy(max_temperature=s.cache_max_temperature),
@@ -160,6 +179,7 @@ class Runtime:
                 await asyncio.sleep(delay)
                 continue
             self.cache_failure = None
+            self.redis = runtime.supervisor
             self.chat.cache = self.cache
             where = s.redis_url or f"embedded Redis Stack at {runtime.server.url}"  # type: ignore[union-attr]
             log.info("cache ready in %.1f s: %s", time.perf_counter() - t0, where)

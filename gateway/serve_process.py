@@ -28,6 +28,9 @@ class ServeProcess:
         default_factory=lambda: Path(tempfile.mkstemp(prefix="semgate-", suffix=".log")[1])
     )
     startup_statuses: list[int] = field(default_factory=list)  # /ready answers while starting
+    # /ready is 200 once chat is answered, perhaps uncached yet: wait for the cache too
+    # (unless it is meant to stay down), so that what runs next finds it up.
+    wait_for_cache: bool = True
 
     @property
     def url(self) -> str:
@@ -45,19 +48,22 @@ class ServeProcess:
         return self
 
     def wait_ready(self, timeout: float = 180) -> ServeProcess:
-        """Polls /ready until 200; raises with the log's tail if it exits or times out."""
+        """Polls /ready until 200 (and the cache not "down", if waited for); raises with
+        the log's tail if it exits or times out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.log()}")
             try:
-                status = httpx.get(self.url + "/ready", timeout=5).status_code
+                ready = httpx.get(self.url + "/ready", timeout=5)
             except httpx.TransportError:
                 time.sleep(0.2)
                 continue
-            self.startup_statuses.append(status)
-            if status == 200:
+            self.startup_statuses.append(ready.status_code)
+            if ready.status_code == 200 and (
+                not self.wait_for_cache or ready.json()["cache"] != "down"
+            ):
                 return self
             time.sleep(0.2)
         raise TimeoutError(f"server not ready after {timeout} s:\n{self.log()}")

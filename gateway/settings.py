@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from cache import DEFAULT_THRESHOLD, Thresholds
+from cache.store import check_ttl
 from engine.config import DEFAULT_MODEL, DEFAULT_NUM_SPEC_TOKENS, QUANTIZATION_CHOICES
 
 RATE_UNITS = ("second", "minute", "hour", "day")
@@ -75,6 +76,7 @@ class Settings:
                 raise ValueError(f"{name} must be >= 1")
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
+        check_ttl(self.cache_ttl, "cache_ttl")
         if self.quantization not in QUANTIZATION_CHOICES:
             raise ValueError(
                 f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}, "
@@ -83,6 +85,14 @@ class Settings:
         if any(not key or not tenant for key, tenant in self.api_keys.items()):
             raise ValueError("API keys and tenant names must be non-empty")
         self.upstreams = [u.rstrip("/") for u in self.upstreams if u.strip()]
+
+    @property
+    def redis_max_connections(self) -> int:
+        """Redis connections this process opens at most: one for each request the engine
+        admits (a store, or a replica's shared flight followed, holds one a while) and as
+        many again as run at once for lookups. Past it a request waits for a connection,
+        within its lookup's budget."""
+        return 2 * self.max_num_seqs + self.max_waiting
 
     def rate_limit_tuple(self) -> tuple[str, int] | None:
         """ "120/minute" -> ("minute", 120)."""

@@ -6,16 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Router, delete, get, post, put
+from litestar import Request, Response, Router, delete, get, post, put
 from litestar.params import Parameter
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cache import CacheRequest, SemanticCache, Thresholds
-from cache.store import CacheEntry
+from cache.store import CacheEntry, check_ttl
 from gateway.auth import admin_guard
 from gateway.completions import flatten_messages
-from gateway.errors import APIError
+from gateway.errors import APIError, error_response
 from gateway.runtime import Runtime
-from gateway.schemas import ChatMessage
+from gateway.schemas import ChatMessage, ErrorResponse
+from gateway.strict_json import StrictJSON
+from gateway.tokens import token_counter
 
 MAX_PAGE = 500
 
@@ -43,7 +46,7 @@ class SeedEntry(msgspec.Struct):
     model: str | None = None  # default: the first served model
     tenant: str = "default"
     context: list[ChatMessage] = msgspec.field(default_factory=list)  # earlier turns
-    ttl: int | None = None  # seconds; default: the server's cache TTL
+    ttl: int | None = None  # seconds, at most MAX_TTL (10 years); default: the cache TTL
 
 
 class LookupRequest(msgspec.Struct):
@@ -60,9 +63,23 @@ class LookupRequest(msgspec.Struct):
 def _cache(runtime: Runtime) -> SemanticCache:
     if not runtime.cache_on:
         raise APIError(400, "the cache is off on this server (--no-cache)", code="cache_disabled")
+    reason = runtime.cache_down_reason()
     if runtime.cache is None:
-        raise APIError(503, "the cache is not ready yet", "service_unavailable", retry_after=2)
+        raise APIError(503, f"the cache is not ready yet: {reason}", "service_unavailable",
+                       "cache_unavailable", retry_after=2)  # fmt: skip
+    if reason is not None:
+        raise _redis_down(reason)
     return runtime.cache
+
+
+def _redis_down(reason: str) -> APIError:
+    return APIError(503, f"Redis is down: {reason}; retry shortly", "service_unavailable",
+                    "cache_unavailable", retry_after=2)  # fmt: skip
+
+
+def _lost_redis(_: Request[Any, Any, Any], exc: RedisConnectionError) -> Response[ErrorResponse]:
+    """Redis lost after `_cache` found it up (the supervisor notices within a moment)."""
+    return error_response(_redis_down(str(exc)))
 
 
 def _model(runtime: Runtime, model: str | None) -> str:
@@ -98,7 +115,8 @@ async def get_threshold(runtime: Runtime) -> ThresholdConfig:
     return _thresholds(_cache(runtime).thresholds)
 
 
-@put("/cache/threshold", summary="Change the thresholds (from the next request on)")
+@put("/cache/threshold", summary="Change the thresholds (from the next request on)",
+     dto=StrictJSON[ThresholdUpdate], return_dto=None)  # fmt: skip
 async def put_threshold(data: ThresholdUpdate, runtime: Runtime) -> ThresholdConfig:
     cache = _cache(runtime)
     old = cache.thresholds
@@ -137,15 +155,30 @@ async def list_entries(
     return {"total": total, "offset": offset, "data": [_entry(e) for e in entries]}
 
 
-@post("/cache/entries", summary="Seed a question and its answer", status_code=201)
+@post("/cache/entries", summary="Seed a question and its answer", status_code=201,
+      dto=StrictJSON[SeedEntry], return_dto=None)  # fmt: skip
 async def seed_entry(data: SeedEntry, runtime: Runtime) -> dict[str, Any]:
     cache = _cache(runtime)
     model = _model(runtime, data.model)
     context = flatten_messages(data.context) if data.context else []
-    if data.ttl is not None and data.ttl < 1:
-        raise APIError(400, "ttl must be at least 1 second", param="ttl")
     try:
-        entry = await cache.seed(data.question, data.answer, model, data.tenant, context, data.ttl)
+        check_ttl(data.ttl)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="ttl") from exc
+    counter = token_counter(runtime.upstream, model)
+    try:
+        # Counted as the engine counts a generated answer's usage, which is stored with it:
+        # the entry then serves only requests whose max_tokens it fits.
+        usage = None
+        if counter is not None:
+            prompt = [*context, {"role": "user", "content": data.question}]
+            usage = {
+                "prompt_tokens": await counter.prompt(prompt),
+                "completion_tokens": await counter.completion(data.answer),
+            }
+        entry = await cache.seed(
+            data.question, data.answer, model, data.tenant, context, data.ttl, usage
+        )
     except ValueError as exc:
         raise APIError(400, str(exc)) from exc
     return _entry(entry)
@@ -173,7 +206,8 @@ async def flush(
     return {"deleted": await _cache(runtime).store.flush(tenant, model)}
 
 
-@post("/cache/lookup", summary="Dry run: would this request hit, and why (not)?", status_code=200)
+@post("/cache/lookup", summary="Dry run: would this request hit, and why (not)?", status_code=200,
+      dto=StrictJSON[LookupRequest], return_dto=None)  # fmt: skip
 async def lookup(data: LookupRequest, runtime: Runtime) -> dict[str, Any]:
     cache = _cache(runtime)
     if data.messages:
@@ -218,6 +252,7 @@ admin_router = Router(
     guards=[admin_guard],
     tags=["admin"],
     security=[{"AdminKey": []}],
+    exception_handlers={RedisConnectionError: _lost_redis},
     route_handlers=[
         get_threshold,
         put_threshold,

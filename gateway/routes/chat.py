@@ -24,6 +24,7 @@ from gateway.schemas import (
     ResponseMessage,
     Usage,
 )
+from gateway.strict_json import StrictJSON
 from gateway.upstream import Delta
 
 log = logging.getLogger("semgate.gateway")
@@ -96,11 +97,13 @@ async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
     tags=["chat"],
     guards=[api_key_guard],
     security=[{"ApiKey": []}],
+    dto=StrictJSON[ChatCompletionRequest],
+    return_dto=None,
 )
 async def chat_completions(
     data: ChatCompletionRequest, request: Request, chat: ChatService, runtime: Runtime
 ) -> Response[ChatCompletion] | ServerSentEvent:
-    runtime.check_ready(need_cache=False)  # uncached until Redis is up: fail open
+    runtime.check_ready()  # never waits for Redis: uncached while it is down (fail open)
     tenant: str = request.state.tenant  # set by api_key_guard
     directives = CacheDirectives.parse(request.headers.get("cache-control"))
     # Until the response starts, a client that hangs up gets its work cancelled (queued,

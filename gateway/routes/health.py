@@ -13,10 +13,23 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@get("/ready", summary="503 until the model (and Redis, with the cache on) are up", tags=["ops"])
+@get(
+    "/ready",
+    summary="200 while chat can be answered (the model or an upstream is up), else 503",
+    description='The cache\'s state is in the body: "cache" is "up", "down" (starting, or '
+    'Redis down: chat is answered uncached; "cache_detail" says why) or "off".',
+    tags=["ops"],
+)
 async def ready(runtime: Runtime) -> dict[str, object]:
-    runtime.check_ready(need_cache=True)
-    return {"status": "ready", "models": runtime.upstream.models(), "cache": runtime.cache_on}
+    runtime.check_ready()
+    body: dict[str, object] = {
+        "status": "ready",
+        "models": runtime.upstream.models(),
+        "cache": runtime.cache_state,
+    }
+    if (reason := runtime.cache_down_reason()) is not None:
+        body["cache_detail"] = reason
+    return body
 
 
 @get("/metrics", summary="Prometheus metrics", tags=["ops"], media_type=CONTENT_TYPE_LATEST)

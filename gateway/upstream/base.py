@@ -72,6 +72,10 @@ class Upstream(Protocol):
 
     def gauges(self) -> EngineGauges | None: ...
 
+    def refuse_oversized(self, job: ChatJob) -> None:
+        """Raises UpstreamError for a request it can tell will not fit without tokenizing
+        it (called before the cache does any work on the request)."""
+
     def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
         """The answer as deltas. Raises UpstreamError before the first delta for requests
         it refuses (context length, queue full, no healthy server); closing the iterator

@@ -98,6 +98,9 @@ class HttpUpstream:
     def gauges(self) -> EngineGauges | None:
         return None  # remote engines report their own /metrics
 
+    def refuse_oversized(self, job: ChatJob) -> None:
+        """Remote servers judge context length themselves."""
+
     async def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
         """Runs `job` on a healthy server; before the first delta, a server that fails
         is marked down and the next one is tried (each at most once)."""

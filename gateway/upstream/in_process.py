@@ -8,12 +8,13 @@ import contextlib
 from collections.abc import AsyncGenerator
 
 from engine import AsyncLLM, EngineConfig, SamplingParams
+from gateway.off_loop import run_sized
 from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError
 
 
 class InProcessEngine:
-    """Admits at most `max_num_seqs + max_waiting` requests at once: past that a request
-    gets 429 with Retry-After at once instead of waiting without bound."""
+    """Keeps at most `max_waiting` requests queued for the engine (see `_admit`): past
+    that a request gets 429 with Retry-After at once instead of waiting without bound."""
 
     def __init__(self, config: EngineConfig, max_waiting: int = 256) -> None:
         self.config = config
@@ -64,19 +65,41 @@ class InProcessEngine:
             spec_accepted_tokens=stats.spec_accepted_tokens,
         )
 
-    def _params(self, job: ChatJob, prompt_tokens: int) -> SamplingParams:
+    def _too_long(self, job: ChatJob, prompt_tokens: int, at_least: bool = False) -> UpstreamError:
         limit = self.max_model_len
-        room = limit - prompt_tokens
+        asked = f" plus max_tokens ({job.max_tokens})" if job.max_tokens else ""
+        tokens = f"at least {prompt_tokens}" if at_least else str(prompt_tokens)
+        return UpstreamError(
+            400,
+            f"This model's maximum context length is {limit} tokens; the messages "
+            f"({tokens} tokens){asked} do not fit. Shorten the messages or lower max_tokens.",
+            code="context_length_exceeded",
+            param="messages" if prompt_tokens >= limit else "max_tokens",
+        )
+
+    def refuse_oversized(self, job: ChatJob) -> None:
+        """400 for messages too long by their length alone: a bound from the longest token
+        (engine/tokenizer.py), so a huge body is refused before anything (the cache's
+        hashing, the tokenizer) spends seconds on it."""
+        if self.llm is None:
+            return
+        chars = sum(len(m["content"]) for m in job.messages)
+        at_least = self.llm.tokenizer.min_tokens(chars)
+        if at_least >= self.max_model_len:
+            raise self._too_long(job, at_least, at_least=True)
+
+    def _encode(self, job: ChatJob) -> list[int]:
+        assert self.llm is not None
+        tokenizer = self.llm.tokenizer
+        try:
+            return tokenizer.encode(tokenizer.apply_chat_template(job.messages))
+        except ValueError as exc:  # the chat template refused the messages
+            raise UpstreamError(400, str(exc), param="messages") from exc
+
+    def _params(self, job: ChatJob, prompt_tokens: int) -> SamplingParams:
+        room = self.max_model_len - prompt_tokens
         if room < 1 or (job.max_tokens is not None and job.max_tokens > room):
-            asked = f" plus max_tokens ({job.max_tokens})" if job.max_tokens else ""
-            raise UpstreamError(
-                400,
-                f"This model's maximum context length is {limit} tokens; the messages "
-                f"({prompt_tokens} tokens){asked} do not fit. Shorten the messages or lower "
-                "max_tokens.",
-                code="context_length_exceeded",
-                param="messages" if room < 1 else "max_tokens",
-            )
+            raise self._too_long(job, prompt_tokens)
         try:
             return SamplingParams(
                 max_tokens=job.max_tokens or room,
@@ -89,10 +112,19 @@ class InProcessEngine:
         except ValueError as exc:
             raise UpstreamError(400, str(exc)) from exc
 
-    async def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
-        if self.llm is None:
-            raise UpstreamError(503, "the engine is still loading", "service_unavailable")
-        if self.in_flight >= self.config.max_num_seqs + self.max_waiting:
+    def _admit(self) -> None:
+        """429 unless the request can wait in the engine's queue, or run at once.
+
+        Queued means admitted and not (yet known to be) running: everything in flight
+        beyond the engine's last reported running count. The engine starts only as many
+        new requests a step as its token budget allows, so a free running slot does not
+        make room in the queue; counting this way keeps semgate_num_requests_waiting
+        (the engine's queue) at or under max_waiting, as the setting says."""
+        assert self.llm is not None
+        running = self.llm.get_stats().num_running
+        queued = self.in_flight - running
+        runs_at_once = queued <= 0 and running < self.config.max_num_seqs
+        if queued >= self.max_waiting and not runs_at_once:
             raise UpstreamError(
                 429,
                 "the engine's queue is full; retry shortly",
@@ -100,13 +132,18 @@ class InProcessEngine:
                 code="engine_overloaded",
                 retry_after=1,
             )
-        try:
-            prompt = self.llm.tokenizer.encode(self.llm.tokenizer.apply_chat_template(job.messages))
-        except ValueError as exc:  # the chat template refused the messages
-            raise UpstreamError(400, str(exc), param="messages") from exc
-        params = self._params(job, len(prompt))
+
+    async def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
+        if self.llm is None:
+            raise UpstreamError(503, "the engine is still loading", "service_unavailable")
+        self.refuse_oversized(job)
+        self._admit()
+        # Counted from admission: a long prompt tokenizing in a thread holds its place.
         self.in_flight += 1
         try:
+            chars = sum(len(m["content"]) for m in job.messages)
+            prompt = await run_sized(self._encode, job, chars)
+            params = self._params(job, len(prompt))
             # aclosing: leaving early aborts the engine request now, not when the
             # generator happens to be garbage-collected.
             async with contextlib.aclosing(

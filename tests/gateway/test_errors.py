@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import ALICE, chat_body, messages
+from tests.gateway.conftest import ADMIN, ALICE, chat_body, messages
 from tests.gateway.servers import MODEL, Server, metric, wait_for_idle_engine
 
 
@@ -33,9 +33,18 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
         (b'{"model": "m", "messages": "hello"}', 422, "messages"),
         (b'{"messages": []}', 422, None),
         (b'{"model": "m", "messages": [{"role": "robot", "content": "x"}]}', 422, None),
+        # Strict types: strings are never coerced into numbers or booleans.
+        (b'{"model": "m", "messages": [], "temperature": "0.5"}', 422, "temperature"),
+        (b'{"model": "m", "messages": [], "max_tokens": "4"}', 422, "max_tokens"),
+        (b'{"model": "m", "messages": [], "stream": "true"}', 422, "stream"),
+        # Not UTF-8, and nested past any parser's recursion limit: 400, never a 500.
+        (b'{"model": "m", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None),
+        (b'{"model": "m", "messages": [], "tools": [' + b'{"a": ' * 100_000 + b"1"
+         + b"}" * 100_000 + b"]}", 400, None),
     ],
-    ids=["malformed", "empty-body", "wrong-type", "messages-not-list", "no-model", "bad-role"],
-)
+    ids=["malformed", "empty-body", "wrong-type", "messages-not-list", "no-model", "bad-role",
+         "string-temperature", "string-max-tokens", "string-stream", "not-utf8", "deep"],
+)  # fmt: skip
 def test_malformed_and_mistyped_bodies(
     http: httpx.Client, content: bytes, status: int, param: str | None
 ):
@@ -102,7 +111,8 @@ def test_models(alice: openai.OpenAI, http: httpx.Client):
 def test_health_ready_schema_and_request_ids(gateway: Server):
     assert httpx.get(gateway.url + "/health").json() == {"status": "ok"}
     ready = httpx.get(gateway.url + "/ready")
-    assert ready.status_code == 200 and ready.json()["models"] == [MODEL]
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "models": [MODEL], "cache": "up"}
     schema = httpx.get(gateway.url + "/schema/openapi.json").json()
     assert "/v1/chat/completions" in schema["paths"] and "/admin/cache/threshold" in schema["paths"]
     given = httpx.get(gateway.url + "/health", headers={"x-request-id": "trace-42"})
@@ -172,3 +182,17 @@ def test_disconnect_before_a_json_answer_aborts_its_engine_request(gateway: Serv
     assert metric(gateway, aborted, missing=0) == before + 1
     assert metric(gateway, "semgate_num_requests_running") == 0
     assert metric(gateway, "semgate_kv_cache_usage_perc") == 0
+
+
+def test_admin_bodies_are_decoded_strictly(gateway: Server):
+    """The admin API's bodies get the same treatment: not UTF-8 is a 400, a string where
+    a number belongs a 422, and neither leaves a traceback in the log."""
+    headers = {"Authorization": f"Bearer {ADMIN}", "content-type": "application/json"}
+    seed = b'{"question": "caf\xe9?", "answer": "yes"}'
+    response = httpx.post(gateway.url + "/admin/cache/entries", content=seed, headers=headers)
+    assert assert_error(response, 400)["message"] == "the body is not valid UTF-8"
+    response = httpx.put(
+        gateway.url + "/admin/cache/threshold", content=b'{"default": "0.9"}', headers=headers
+    )
+    assert assert_error(response, 422)["param"] == "default"
+    assert "Traceback" not in gateway.log()

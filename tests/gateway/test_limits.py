@@ -47,6 +47,7 @@ def post(server: Server, key: str, **kw: object) -> httpx.Response:
 def test_ready_is_503_until_the_model_is_loaded(limited: Server):
     assert limited.startup_statuses[-1] == 200
     assert 503 in limited.startup_statuses  # it answered while the model was loading
+    assert httpx.get(limited.url + "/ready").json()["cache"] == "off"
 
 
 def test_rate_limit_is_per_api_key(limited: Server):

@@ -1,4 +1,4 @@
-"""Settings from the environment: quantization."""
+"""Settings from the environment: quantization, the cache TTL."""
 
 from __future__ import annotations
 
@@ -21,3 +21,9 @@ def test_an_unknown_quantization_is_refused_at_start():
 
 def test_the_cli_offers_the_engine_choices():
     assert CLI_QUANTIZATION_CHOICES == QUANTIZATION_CHOICES
+
+
+@pytest.mark.parametrize("ttl", ["0", str(10**20)])
+def test_a_cache_ttl_out_of_range_is_refused_at_start(ttl: str):
+    with pytest.raises(ValueError, match="cache_ttl must be from 1 to 315360000 seconds"):
+        Settings.load(env={"SEMGATE_CACHE_TTL": ttl})

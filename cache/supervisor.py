@@ -1,0 +1,128 @@
+"""Keeps watch over the cache's Redis, as a service manager would.
+
+An embedded server that exits is reaped at once (no zombie) and restarted with
+backoff on the same port and data directory: its append-only file brings the entries
+back, and the clients reconnect on their next command. An external server (a given
+URL) is not ours to restart: it is PINGed, and its state followed. While Redis is
+down, chat is answered uncached (the cache fails open) and the admin API says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+
+import redis.asyncio as aioredis
+
+from cache.redis_server import EmbeddedRedis
+
+# The operator's log: the gateway prints `semgate.*` at INFO.
+log = logging.getLogger("semgate.cache")
+
+RESTART_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0)  # before each restart try; the last repeats
+STABLE_SECONDS = 30.0  # up this long, the next exit starts the backoff over
+POLL_SECONDS = 0.2  # embedded: how often its process is polled (a waitpid, no I/O)
+PING_SECONDS = 1.0  # external: how often it is PINGed (also the PING's time limit)
+
+
+def describe_exit(status: int) -> str:
+    """Popen.returncode in words: negative is the signal that killed the process."""
+    if status < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-status).name}"
+        return f"killed by signal {-status}"
+    return f"exit status {status}"
+
+
+class RedisSupervisor:
+    """`up` and `down_reason` are the cache's state as /ready and the admin API report
+    it; `restarts` counts the embedded server's restarts that came up."""
+
+    def __init__(self, client: aioredis.Redis, server: EmbeddedRedis | None = None) -> None:
+        self.client = client
+        self.server = server
+        self.up = True
+        self.down_reason: str | None = None
+        self.restarts = 0
+        self._task: asyncio.Task[None] | None = None
+        # A restart runs in a thread, which cancelling the watch cannot stop: stop()
+        # waits for it before anyone stops the server under it.
+        self._restarting: asyncio.Future[None] | None = None
+
+    def start(self) -> None:
+        watch = self._watch_process() if self.server is not None else self._watch_pings()
+        self._task = asyncio.get_running_loop().create_task(watch)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._restarting is not None:
+            await asyncio.wait([self._restarting])
+
+    def _down(self, reason: str) -> None:
+        self.up, self.down_reason = False, reason
+
+    def _back_up(self) -> None:
+        self.up, self.down_reason = True, None
+
+    async def _watch_process(self) -> None:
+        server = self.server
+        assert server is not None
+        failures = 0  # restart tries since the server last stayed up STABLE_SECONDS
+        up_since = time.monotonic()
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            pid, status = server.pid, server.poll()
+            if status is None:
+                continue
+            down_since = time.monotonic()
+            if down_since - up_since >= STABLE_SECONDS:
+                failures = 0
+            exited = describe_exit(status)
+            self._down(f"the embedded Redis exited ({exited}) and is being restarted")
+            delay = RESTART_DELAYS[min(failures, len(RESTART_DELAYS) - 1)]
+            log.warning("embedded Redis (pid %s) exited (%s): serving uncached, restarting "
+                        "it in %.1f s", pid, exited, delay)  # fmt: skip
+            while True:
+                await asyncio.sleep(delay)
+                failures += 1
+                restarting = asyncio.ensure_future(asyncio.to_thread(server.restart))
+                self._restarting = restarting
+                try:
+                    await asyncio.shield(restarting)
+                    break
+                except Exception as exc:
+                    delay = RESTART_DELAYS[min(failures, len(RESTART_DELAYS) - 1)]
+                    log.error("embedded Redis did not restart (%s): next try in %.1f s",
+                              exc, delay)  # fmt: skip
+                finally:
+                    if restarting.done():
+                        self._restarting = None
+            # The pool's connections died with the old server: drop them, so that no
+            # command is sent on one; new ones are made on demand.
+            await self.client.connection_pool.disconnect()
+            self.restarts += 1
+            up_since = time.monotonic()
+            self._back_up()
+            log.info("embedded Redis restarted (pid %s, restart %d) after %.1f s down: cache "
+                     "back on", server.pid, self.restarts, up_since - down_since)  # fmt: skip
+
+    async def _watch_pings(self) -> None:
+        while True:
+            await asyncio.sleep(PING_SECONDS)
+            try:
+                async with asyncio.timeout(PING_SECONDS):
+                    await self.client.ping()
+            except Exception as exc:
+                if self.up:
+                    log.warning("Redis does not answer (%r): serving uncached until it does", exc)
+                self._down(f"no answer to PING ({exc!r})")
+                continue
+            if not self.up:
+                log.info("Redis answers again: cache back on")
+                self._back_up()

@@ -1,0 +1,62 @@
+"""Request bodies decoded strictly, and every way a body can be malformed made a 4xx.
+
+Litestar converts bodies in msgspec's lax mode, where `"temperature": "0.5"`,
+`"max_tokens": "4"` and `"stream": "true"` become numbers and booleans; the OpenAI
+API (and the SDKs' types) say a wrong type is an error. `StrictJSON[Model]` as a
+handler's `dto` decodes the raw body in one msgspec call, strict, straight into the
+Struct (no intermediate Python objects, so JSON nested 100,000 deep never reaches the
+interpreter's recursion limit), and keeps the Struct's schema in the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+from litestar.dto import MsgspecDTO
+from litestar.openapi.spec import Reference, Schema
+from litestar.typing import FieldDefinition
+
+if TYPE_CHECKING:
+    from litestar._openapi.schema_generation import SchemaCreator
+
+from gateway.errors import APIError
+
+T = TypeVar("T")
+
+# msgspec's validation messages end with the JSON path: "... - at `$.messages[0].role`".
+_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
+
+
+def decode_strict(body: bytes, model: type[T]) -> T:
+    """The body as `model`, or the OpenAI-shaped error that says what is wrong with it."""
+    if not body.strip():
+        raise APIError(400, "the request needs a JSON body", code="missing_body")
+    try:
+        return msgspec.json.decode(body, type=model, strict=True)
+    except msgspec.ValidationError as exc:  # valid JSON of the wrong shape or type
+        message = str(exc)
+        match = _PATH.search(message)
+        param = match.group(1) if match else None
+        raise APIError(422, f"invalid request: {message}", param=param or None) from None
+    except msgspec.DecodeError as exc:
+        raise APIError(400, f"could not parse the JSON body: {exc}", code="invalid_json") from None
+    except UnicodeDecodeError:
+        raise APIError(400, "the body is not valid UTF-8", code="invalid_json") from None
+    except RecursionError:
+        raise APIError(400, "the JSON body is nested too deeply", code="invalid_json") from None
+
+
+class StrictJSON(MsgspecDTO[T]):
+    """A handler's `dto` (with `return_dto=None`) that decodes its `data` strictly."""
+
+    def decode_bytes(self, value: bytes) -> Any:
+        return decode_strict(value, self.model_type)
+
+    @classmethod
+    def create_openapi_schema(
+        cls, field_definition: FieldDefinition, handler_id: str, schema_creator: SchemaCreator
+    ) -> Reference | Schema:
+        # The Struct's own schema, under its own name (not a generated transfer model's).
+        return schema_creator.for_field_definition(FieldDefinition.from_annotation(cls.model_type))

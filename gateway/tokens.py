@@ -1,0 +1,46 @@
+"""Token counts, as the gateway's own model would count them, for text the model did not
+produce: answers seeded into the cache, and the prompts of cache hits.
+
+Only the in-process engine's tokenizer is at hand; for a model served by remote
+upstreams there is no counter, and callers treat the counts as unknown."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.tokenizer import Tokenizer
+from gateway.errors import APIError
+from gateway.off_loop import run_sized
+from gateway.upstream import InProcessEngine, Upstream
+
+
+class TokenCounter:
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    async def prompt(self, messages: Sequence[dict[str, str]]) -> int:
+        """The prompt's tokens as the engine runs it: chat template, then encoded. Raises
+        ValueError if the model's chat template refuses the messages."""
+        chars = sum(len(m["content"]) for m in messages)
+        return await run_sized(self._prompt, messages, chars)
+
+    async def completion(self, answer: str) -> int:
+        """The tokens of a complete answer as the engine counts a generated one: its text
+        and the end-of-sequence token that ended it."""
+        return await run_sized(self._completion, answer, len(answer))
+
+    def _prompt(self, messages: Sequence[dict[str, str]]) -> int:
+        return len(self.tokenizer.encode(self.tokenizer.apply_chat_template(messages)))
+
+    def _completion(self, answer: str) -> int:
+        return len(self.tokenizer.encode(answer, add_special_tokens=False)) + 1
+
+
+def token_counter(upstream: Upstream, model: str) -> TokenCounter | None:
+    """A counter for `model` if this gateway runs it in-process, else None; 503 while
+    that model is still loading (chat waits for it too)."""
+    if not isinstance(upstream, InProcessEngine) or model != upstream.model_id:
+        return None
+    if upstream.llm is None:
+        raise APIError(503, "the model is still loading", "service_unavailable", retry_after=2)
+    return TokenCounter(upstream.llm.tokenizer)

@@ -1,0 +1,206 @@
+"""The cache's Redis under supervision, and readiness that means "chat is answered".
+
+On real `semgate serve` processes: the embedded Redis is SIGKILLed by its pid and must
+be reaped, restarted with its data and reconnected to, while /ready stays 200 and says
+"down" then "up" and the admin API answers 503 saying why; a gateway whose --redis-url
+answers nothing is ready and answers chat uncached. An external Redis is PINGed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from cache import EmbeddedRedis
+from cache.supervisor import RedisSupervisor
+from tests.gateway.conftest import ADMIN, chat_body, settle
+from tests.gateway.servers import Server, free_port, metric, serving
+
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
+    """An embedded-Redis gateway, and one pointed at a port where nothing listens."""
+    embedded = Server(
+        [
+            "--redis-data-dir", str(tmp_path_factory.mktemp("supervised-redis")),
+            "--admin-key", ADMIN,
+            "--num-threads", "1",
+        ]
+    )  # fmt: skip
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    unreachable = Server(
+        ["--redis-url", nowhere, "--admin-key", ADMIN, "--num-threads", "1"],
+        wait_for_cache=False,  # it never comes up
+    )
+    with serving(embedded, unreachable):
+        yield embedded, unreachable
+
+
+def until(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
+    """Polls `check` until it holds (a hang guard, not a timing bound)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.02)
+
+
+def ready(server: Server) -> httpx.Response:
+    return httpx.get(server.url + "/ready", timeout=10)
+
+
+def ask(server: Server, question: str, **kw: object) -> httpx.Response:
+    body = chat_body(question, **kw)
+    response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def embedded_redis(server: Server) -> tuple[int, int]:
+    """The pid and port of the gateway's redis-server child (each thread lists the
+    children it started). Redis retitles itself `<path>/redis-server 127.0.0.1:<port>`."""
+    assert server.proc is not None
+    tasks = Path(f"/proc/{server.proc.pid}/task")
+    for pid in (int(p) for f in tasks.glob("*/children") for p in f.read_text().split()):
+        with contextlib.suppress(FileNotFoundError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "redis-server":
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+                return pid, int(re.search(r"127\.0\.0\.1:(\d+)", title)[1])  # type: ignore[index]
+    raise AssertionError("the gateway has no redis-server child")
+
+
+def squat(port: int, timeout: float = 10) -> socket.socket:
+    """Listens on the dead server's port, so that restarts fail until it is closed: the
+    outage lasts as long as the test needs. Redis binds it again with SO_REUSEADDR;
+    so does this, past the old connections' TIME_WAIT."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+            return sock
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
+def test_a_killed_embedded_redis_is_restarted_with_its_data(servers: tuple[Server, Server]):
+    gateway = servers[0]
+    admin = httpx.Client(base_url=gateway.url, headers=ADMIN_HEADERS, timeout=30)
+    assert ready(gateway).json()["cache"] == "up"
+    assert metric(gateway, "semgate_cache_up") == 1
+    assert metric(gateway, "semgate_cache_redis_restarts_total") == 0
+    seed = {"question": "What is the gateway's motto?", "answer": "Cache first, ask later."}
+    seeded = admin.post("/admin/cache/entries", json=seed)
+    assert seeded.status_code == 201, seeded.text
+    entry = seeded.json()["id"]
+    question = "Name a primary colour."
+    assert ask(gateway, question).headers["x-cache-status"] == "Miss"
+    settle(gateway.url)
+    assert ask(gateway, question).headers["x-cache-status"] == "Hit"
+
+    pid, port = embedded_redis(gateway)
+    os.kill(pid, signal.SIGKILL)
+    with squat(port):
+        until("cache down", lambda: ready(gateway).json()["cache"] == "down")
+        down = ready(gateway)
+        assert down.status_code == 200  # chat is still answered
+        assert "SIGKILL" in down.json()["cache_detail"]
+        assert metric(gateway, "semgate_cache_up") == 0
+        for refused in (
+            admin.get(f"/admin/cache/entries/{entry}"),
+            admin.post("/admin/cache/entries", json=seed),
+            admin.get("/admin/cache/stats"),
+        ):
+            assert refused.status_code == 503, refused.text
+            message = refused.json()["error"]["message"]
+            assert "Redis is down" in message and "restarted" in message
+            assert refused.headers["retry-after"]
+        # Reaped at once: no zombie, however long the outage lasts.
+        assert not Path(f"/proc/{pid}").exists()
+        # Fails open: answered, uncached (a lookup that fails is a miss).
+        uncached = ask(gateway, "Say hello.", max_tokens=4)
+        assert uncached.headers["x-cache-status"] in ("Miss", "Bypass")
+        # A restart on the taken port fails, and is tried again later (backoff).
+        until("a failed restart", lambda: "embedded Redis did not restart" in gateway.log())
+        assert ready(gateway).json()["cache"] == "down"
+
+    until("cache up again", lambda: ready(gateway).json()["cache"] == "up")
+    assert metric(gateway, "semgate_cache_up") == 1
+    assert metric(gateway, "semgate_cache_redis_restarts_total") == 1
+    new_pid, new_port = embedded_redis(gateway)
+    assert new_pid != pid and new_port == port
+    # The append-only file brought the entries back; the clients reconnected.
+    assert admin.get(f"/admin/cache/entries/{entry}").json()["answer"] == seed["answer"]
+    hit = ask(gateway, seed["question"], messages=[{"role": "user", "content": seed["question"]}])
+    assert (hit.headers["x-cache-status"], hit.headers["x-cache-entry"]) == ("Hit", entry)
+    assert ask(gateway, question).headers["x-cache-status"] == "Hit"
+    log = gateway.log()
+    assert f"embedded Redis (pid {pid}) exited (killed by SIGKILL)" in log
+    assert "restart 1" in log
+
+
+def test_an_unreachable_redis_url_leaves_chat_ready_and_uncached(
+    servers: tuple[Server, Server],
+):
+    gateway = servers[1]
+    answer = ready(gateway)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["cache"] == "down"
+    assert "cache start failed" in answer.json()["cache_detail"]
+    assert metric(gateway, "semgate_cache_up") == 0
+    chat = ask(gateway, "Say yes.", max_tokens=4)
+    assert chat.headers["x-cache-status"] == "Bypass"
+    refused = httpx.get(gateway.url + "/admin/cache/stats", headers=ADMIN_HEADERS)
+    assert refused.status_code == 503
+    assert "not ready yet" in refused.json()["error"]["message"]
+
+
+def test_an_external_redis_is_pinged(tmp_path: Path):
+    """Not the supervisor's to restart: its state follows PINGs (here, a test-owned
+    Redis killed, then restarted by the test)."""
+    server = EmbeddedRedis(tmp_path / "redis")
+    server.start()
+
+    async def watch() -> None:
+        client = aioredis.Redis.from_url(server.url, socket_timeout=2)
+        supervisor = RedisSupervisor(client)
+        supervisor.start()
+
+        async def until_up(up: bool) -> None:
+            async with asyncio.timeout(30):
+                while supervisor.up != up:
+                    await asyncio.sleep(0.02)
+
+        try:
+            assert server.pid is not None
+            os.kill(server.pid, signal.SIGKILL)
+            await until_up(False)
+            assert "no answer to PING" in (supervisor.down_reason or "")
+            await asyncio.to_thread(server.restart)
+            await until_up(True)
+            assert supervisor.down_reason is None and supervisor.restarts == 0
+        finally:
+            await supervisor.stop()
+            await client.aclose()
+
+    try:
+        asyncio.run(watch())
+    finally:
+        server.stop()
