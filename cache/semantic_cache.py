@@ -92,8 +92,10 @@ class SemanticCache:
         timeout: float = 1.0,
         candidates: int = 3,
         shared_flights: SharedFlights | None = None,
+        redis: RedisSupervisor | None = None,
     ) -> None:
         self.store = store
+        self.redis = redis  # its state: while Redis is down, the cache is not asked
         self.embedder = embedder
         self.thresholds = thresholds or Thresholds()
         self.policy = policy or CachePolicy()
@@ -105,6 +107,13 @@ class SemanticCache:
         self.singleflight: SingleFlight[Any] = SingleFlight(self.guard)
         self.shared_flights = shared_flights or SharedFlights(store.client, timeout=timeout)
         self._background: set[asyncio.Task[None]] = set()  # hit counters in flight
+
+    @property
+    def down_reason(self) -> str | None:
+        """Why Redis cannot be used now (the supervisor says it is down), else None."""
+        if self.redis is None or self.redis.up:
+            return None
+        return self.redis.down_reason or "Redis is down"
 
     def threshold_for(self, scope: CacheScope) -> float:
         return self.thresholds.for_scope(scope.tenant, scope.model)
@@ -127,6 +136,12 @@ class SemanticCache:
             if not dry_run:
                 self.stats.bypasses += 1
             return LookupResult("bypass", threshold or 0.0, reason=decision.reason)
+        if (down := self.down_reason) is not None:
+            # Not asked (a bypass, not a failed lookup): each lookup would wait for its
+            # connection to fail, and log it, for as long as the outage lasts.
+            if not dry_run:
+                self.stats.bypasses += 1
+            return LookupResult("bypass", threshold or 0.0, reason=f"Redis is down: {down}")
         question = self.policy.question(request)
         assert question is not None
         scope = self.policy.scope(request)
@@ -237,7 +252,7 @@ class SemanticCache:
         request's `lookup`, when given, lends its scope, key and vector (no second
         hashing of the conversation, no second embedding)."""
         decision = self.policy.may_store(request, outcome)
-        if not decision.allowed:
+        if not decision.allowed or self.down_reason is not None:
             self.stats.store_skips += 1
             return None
         metadata = {"finish_reason": outcome.finish_reason, **(metadata or {})}
@@ -435,7 +450,7 @@ class CacheRuntime:
         except BaseException:
             await self.__aexit__()
             raise
-        return SemanticCache(self.store, self.embedder, **self.cache_options)
+        return SemanticCache(self.store, self.embedder, redis=self.supervisor, **self.cache_options)
 
     async def __aexit__(self, *exc: object) -> None:
         if self.supervisor is not None:  # first: a server stopped here is not restarted

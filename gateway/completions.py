@@ -272,8 +272,9 @@ class ChatService:
         headers = {}
 
         def produce() -> AsyncGenerator[Delta, None]:
-            # The early start, unless it was given up for a flight that then got lost.
-            if early is not None and not early.cancelled:
+            # The early start, unless it was given up for a flight that then got lost,
+            # or turned away while other requests' early starts held the queue.
+            if early is not None and not early.cancelled and not early.turned_away:
                 self.metrics.early_starts.labels("used").inc()
                 source = early.deltas()
             else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 
-from gateway.upstream import Delta
+from gateway.upstream import Delta, UpstreamError
 
 
 class EarlyStart:
@@ -23,6 +23,16 @@ class EarlyStart:
         self._first: asyncio.Future[Delta] = asyncio.ensure_future(anext(stream))
         self._taken = False
         self.cancelled = False
+
+    @property
+    def turned_away(self) -> bool:
+        """Refused for a full queue. Every request of a burst starts early, followers of
+        another's flight too, and their places are given back only after their lookups:
+        the request that leads asks again then, rather than failing for the others."""
+        if not self._first.done() or self._first.cancelled():
+            return False
+        exc = self._first.exception()
+        return isinstance(exc, UpstreamError) and exc.status == 429
 
     async def deltas(self) -> AsyncGenerator[Delta, None]:
         """The whole answer, from the first delta; may be taken once."""
