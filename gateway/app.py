@@ -3,19 +3,17 @@ started by the lifespan and injected into handlers with `Provide`."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from litestar import Litestar, Request
+from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.middleware.rate_limit import RateLimitConfig, get_remote_address
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
-from gateway.auth import bearer_token
 from gateway.errors import EXCEPTION_HANDLERS
+from gateway.rate_limits import rate_limit_middleware
 from gateway.request_id import add_request_id
 from gateway.routes.admin import admin_router
 from gateway.routes.chat import chat_completions
@@ -26,17 +24,6 @@ from gateway.settings import Settings
 from gateway.upstream import Upstream
 
 VERSION = "0.1.0"
-
-
-def rate_limit_key(request: Request) -> str:
-    """Limits are per configured API key (hashed: keys never reach the store), else per
-    address: made-up keys share their address's budget, so guessing keys is limited too
-    and cannot fill the store with buckets."""
-    token = bearer_token(request)
-    keyring = request.app.state.runtime.keyring
-    if token is None or not keyring.known(token):
-        return f"addr:{get_remote_address(request)}"
-    return "key:" + hashlib.sha256(token.encode()).hexdigest()[:24]
 
 
 def create_app(settings: Settings | None = None, upstream: Upstream | None = None) -> Litestar:
@@ -51,16 +38,6 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
         finally:
             await runtime.close()
 
-    middleware = []
-    rate = settings.rate_limit_tuple()
-    if rate is not None:
-        config = RateLimitConfig(
-            rate_limit=rate,  # type: ignore[arg-type]
-            identifier_for_request=rate_limit_key,
-            exclude=["/health", "/ready", "/metrics", "/schema"],
-        )
-        middleware.append(config.middleware)
-
     return Litestar(
         route_handlers=[chat_completions, list_models, get_model, admin_router, health, ready,
                         metrics],
@@ -73,7 +50,7 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
             "started": Provide(lambda: runtime.started, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
-        middleware=middleware,
+        middleware=rate_limit_middleware(settings),
         before_send=[add_request_id],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(

@@ -43,8 +43,14 @@ class Keyring:
 
     def known(self, token: str) -> bool:
         """Whether the token is one of the configured keys (chat or admin)."""
-        keys = [*self.api_keys, self.admin_key]
-        return any([_matches(token, key) for key in keys])  # a list: compare them all
+        return self.tenant_key(token) or self.is_admin(token)
+
+    def tenant_key(self, token: str) -> bool:
+        """Whether the token is one of the configured chat keys."""
+        return any([_matches(token, key) for key in self.api_keys])  # a list: compare all
+
+    def is_admin(self, token: str) -> bool:
+        return _matches(token, self.admin_key)
 
     def tenant_for(self, token: str | None) -> str:
         """The caller's tenant; raises 401 for a missing or unknown key."""

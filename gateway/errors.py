@@ -89,7 +89,7 @@ def handle_http_exception(_: Request, exc: HTTPException) -> Response[ErrorRespo
     if type(exc) is ClientException and status == 400:  # the body is not valid JSON
         message = f"could not parse the JSON body: {exc.detail}"
     elif status == 429:
-        message = "rate limit exceeded for this API key"
+        message = "rate limit exceeded; retry after Retry-After seconds"
     elif status == 413:
         message = "request body is too large"
     api_error = APIError(

@@ -129,4 +129,7 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--rate-limit", default=None, metavar="N/UNIT", help="per key, e.g. 60/minute"
     )
+    serve.add_argument(
+        "--admin-rate-limit", default=None, metavar="N/UNIT", help="the admin key's own limit"
+    )
     serve.set_defaults(func=cmd_serve)

@@ -64,13 +64,14 @@ class Settings:
     api_keys: dict[str, str] = field(default_factory=dict, repr=False)  # key -> tenant
     admin_key: str | None = field(default=None, repr=False)
     rate_limit: str | None = None  # "120/minute" per API key
+    admin_rate_limit: str | None = None  # the admin key's own budget ("600/minute")
     max_body_bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
         # Fails here, at start, rather than in the cache's start-up retries.
         Thresholds(self.threshold, dict(self.model_thresholds), dict(self.tenant_thresholds))
-        if self.rate_limit is not None:
-            self.rate_limit_tuple()  # validate early
+        parse_rate(self.rate_limit)  # validate early
+        parse_rate(self.admin_rate_limit)
         for name in ("max_num_seqs", "max_body_bytes", "port"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -94,18 +95,6 @@ class Settings:
         within its lookup's budget."""
         return 2 * self.max_num_seqs + self.max_waiting
 
-    def rate_limit_tuple(self) -> tuple[str, int] | None:
-        """ "120/minute" -> ("minute", 120)."""
-        if not self.rate_limit:
-            return None
-        count, _, unit = self.rate_limit.partition("/")
-        if unit not in RATE_UNITS or not count.strip().isdigit() or int(count) < 1:
-            raise ValueError(
-                f"rate limit must look like 120/minute (units: {', '.join(RATE_UNITS)}), "
-                f"got {self.rate_limit!r}"
-            )
-        return unit, int(count)
-
     @classmethod
     def load(
         cls,
@@ -126,6 +115,18 @@ class Settings:
         if "redis_data_dir" in values:
             values["redis_data_dir"] = Path(values["redis_data_dir"]).expanduser()
         return cls(**values)
+
+
+def parse_rate(text: str | None) -> tuple[str, int] | None:
+    """ "120/minute" -> ("minute", 120); None (or empty) for no limit."""
+    if not text:
+        return None
+    count, _, unit = text.partition("/")
+    if unit not in RATE_UNITS or not count.strip().isdigit() or int(count) < 1:
+        raise ValueError(
+            f"rate limit must look like 120/minute (units: {', '.join(RATE_UNITS)}), got {text!r}"
+        )
+    return unit, int(count)
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:

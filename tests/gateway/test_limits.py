@@ -16,7 +16,8 @@ import pytest
 from tests.gateway.conftest import chat_body
 from tests.gateway.servers import Server, serving
 
-KEYS = {"sk-limited": "t1", "sk-queue": "t2", "sk-other": "t3"}
+KEYS = {"sk-limited": "t1", "sk-queue": "t2", "sk-other": "t3", "sk-fresh": "t4"}
+ADMIN_KEY = "sk-admin-limited"
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,8 @@ def limited() -> Iterator[Server]:
             "--max-waiting", "0",
             "--num-threads", "1",
             "--rate-limit", "3/minute",
+            "--admin-key", ADMIN_KEY,
+            "--admin-rate-limit", "5/minute",
             "--api-keys", ",".join(f"{k}:{t}" for k, t in KEYS.items()),
         ]
     )  # fmt: skip
@@ -80,6 +83,24 @@ def test_full_engine_queue_answers_429_at_once(limited: Server):
     assert busy[0].status_code == 429
     assert busy[0].headers["retry-after"] == "1"
     assert busy[0].json()["error"]["code"] == "engine_overloaded"
+
+
+def test_unknown_keys_get_401_and_lock_no_one_out(limited: Server):
+    """Made-up keys get 401 (clients do not retry it), and past the limit a 429 from
+    their address's own bucket; a tenant and the operator at the same address keep
+    their budgets, and the admin key has a budget of its own (5/minute here)."""
+    keyless = httpx.post(limited.url + "/v1/chat/completions", json=chat_body("Hi."), timeout=60)
+    guesses = [keyless] + [post(limited, f"sk-made-up-{i}") for i in range(4)]
+    assert [r.status_code for r in guesses] == [401, 401, 401, 429, 429]
+    assert guesses[0].json()["error"]["code"] == "missing_api_key"
+    assert guesses[1].json()["error"]["code"] == "invalid_api_key"
+    assert post(limited, "sk-fresh").status_code == 200
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    statuses = [
+        httpx.get(limited.url + "/admin/cache/stats", headers=admin).status_code for _ in range(6)
+    ]
+    assert statuses == [400] * 5 + [429]  # 400: the cache is off on this server
+    assert post(limited, "sk-fresh").status_code == 200  # the admin's 429 is its own
 
 
 def test_a_dead_engine_process_makes_the_gateway_unready(limited: Server):
