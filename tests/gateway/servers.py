@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 
 import httpx
 
@@ -10,7 +15,15 @@ from cache.redis_server import free_port
 from gateway.serve_process import ServeProcess as Server
 from gateway.serve_process import serving
 
-__all__ = ["MODEL", "Server", "free_port", "metric", "serving", "wait_for_idle_engine"]
+__all__ = [
+    "MODEL",
+    "Server",
+    "free_port",
+    "metric",
+    "probed",
+    "serving",
+    "wait_for_idle_engine",
+]
 
 MODEL = "smollm2-135m-instruct"
 
@@ -41,3 +54,33 @@ def wait_for_idle_engine(server: Server, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while any(metric(server, g) for g in ENGINE_GAUGES) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+_PROBE = """
+import json, sys, threading, time, httpx
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+waits = []
+with httpx.Client(timeout=60) as client:
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        client.get(sys.argv[1]).raise_for_status()
+        waits.append(time.perf_counter() - t0)
+        time.sleep(0.01)
+print(json.dumps(waits))
+"""
+
+
+@contextlib.contextmanager
+def probed(url: str) -> Iterator[list[float]]:
+    """GETs `url` every 10 ms from another process while the block runs (a probe in this
+    process would wait on this process's own load); the list fills with the waits, in
+    seconds, when the block ends."""
+    waits: list[float] = []
+    command = [sys.executable, "-c", _PROBE, url]
+    probe = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        yield waits
+    finally:
+        out, _ = probe.communicate(input="", timeout=60)
+        waits.extend(json.loads(out))
