@@ -32,7 +32,9 @@ class ThresholdConfig(msgspec.Struct):
     per_tenant: dict[str, float]
 
 
-class ThresholdUpdate(msgspec.Struct):
+# Admin bodies refuse unknown fields (422): a misspelt one would otherwise change nothing
+# and answer 200.
+class ThresholdUpdate(msgspec.Struct, forbid_unknown_fields=True):
     """Fields left out keep their value; a table given replaces that whole table."""
 
     default: float | None = None
@@ -40,7 +42,7 @@ class ThresholdUpdate(msgspec.Struct):
     per_tenant: dict[str, float] | None = None
 
 
-class SeedEntry(msgspec.Struct):
+class SeedEntry(msgspec.Struct, forbid_unknown_fields=True):
     question: str
     answer: str
     model: str | None = None  # default: the first served model
@@ -49,7 +51,7 @@ class SeedEntry(msgspec.Struct):
     ttl: int | None = None  # seconds, at most MAX_TTL (10 years); default: the cache TTL
 
 
-class LookupRequest(msgspec.Struct):
+class LookupRequest(msgspec.Struct, forbid_unknown_fields=True):
     """Either `messages` (as in a chat request) or a one-turn `question`."""
 
     model: str | None = None
@@ -57,7 +59,7 @@ class LookupRequest(msgspec.Struct):
     question: str | None = None
     tenant: str = "default"
     temperature: float = 0.0
-    threshold: float | None = None  # try another threshold without changing the server's
+    threshold: float | None = None  # try another without changing the server's
 
 
 def _cache(runtime: Runtime) -> SemanticCache:
@@ -82,13 +84,26 @@ def _lost_redis(_: Request[Any, Any, Any], exc: RedisConnectionError) -> Respons
     return error_response(_redis_down(str(exc)))
 
 
-def _model(runtime: Runtime, model: str | None) -> str:
+def _model(runtime: Runtime, model: str | None, param: str = "model") -> str:
+    """The model named (404 unless this gateway serves it), else the first served."""
     models = runtime.upstream.models()
+    if not models:
+        raise APIError(503, "no model is ready yet", "service_unavailable", retry_after=2)
     if model is None:
-        if not models:
-            raise APIError(503, "no model is ready yet", "service_unavailable")
         return models[0]
+    if model not in models:
+        raise APIError(
+            404,
+            f"The model {model!r} is not served here; available: {', '.join(models)}",
+            param=param,
+            code="model_not_found",
+        )
     return model
+
+
+def _similarity(value: float | None, param: str) -> None:
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise APIError(400, f"{param} must be a similarity in [0, 1], got {value}", param=param)
 
 
 def _thresholds(t: Thresholds) -> ThresholdConfig:
@@ -119,15 +134,18 @@ async def get_threshold(runtime: Runtime) -> ThresholdConfig:
      dto=StrictJSON[ThresholdUpdate], return_dto=None)  # fmt: skip
 async def put_threshold(data: ThresholdUpdate, runtime: Runtime) -> ThresholdConfig:
     cache = _cache(runtime)
+    _similarity(data.default, "default")
+    for table in ("per_model", "per_tenant"):
+        for key, value in (getattr(data, table) or {}).items():
+            _similarity(value, f"{table}.{key}")
+    for model in data.per_model or {}:
+        _model(runtime, model, param=f"per_model.{model}")
     old = cache.thresholds
-    try:
-        new = Thresholds(
-            old.default if data.default is None else data.default,
-            dict(old.per_model if data.per_model is None else data.per_model),
-            dict(old.per_tenant if data.per_tenant is None else data.per_tenant),
-        )
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="default") from exc
+    new = Thresholds(
+        old.default if data.default is None else data.default,
+        dict(old.per_model if data.per_model is None else data.per_model),
+        dict(old.per_tenant if data.per_tenant is None else data.per_tenant),
+    )
     cache.thresholds = new  # one assignment: a request sees the old or the new, never a mix
     return _thresholds(new)
 
@@ -210,6 +228,9 @@ async def flush(
       dto=StrictJSON[LookupRequest], return_dto=None)  # fmt: skip
 async def lookup(data: LookupRequest, runtime: Runtime) -> dict[str, Any]:
     cache = _cache(runtime)
+    _similarity(data.threshold, "threshold")
+    if data.messages and data.question:
+        raise APIError(400, "give `messages` or `question`, not both", param="question")
     if data.messages:
         messages = flatten_messages(data.messages)
     elif data.question:

@@ -63,6 +63,41 @@ def test_threshold_is_validated(admin: httpx.Client, body: dict[str, object]):
     assert admin.get("/admin/cache/threshold").json() == before  # nothing half-applied
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "param"),
+    [
+        ("put", "/admin/cache/threshold", {"defualt": 0.9}, 422, None),
+        ("put", "/admin/cache/threshold", {"per_tenant": {"alice": 1.5}}, 400, "per_tenant.alice"),
+        ("put", "/admin/cache/threshold", {"per_model": {"gpt-9": 0.9}}, 404, "per_model.gpt-9"),
+        ("post", "/admin/cache/lookup", {"question": "Hi?", "threshold": 5}, 400, "threshold"),
+        ("post", "/admin/cache/lookup", {"question": "Hi?", "model": "gpt-9"}, 404, "model"),
+        ("post", "/admin/cache/lookup",
+         {"question": "Hi?", "messages": [{"role": "user", "content": "Hi?"}]}, 400, "question"),
+        ("post", "/admin/cache/entries", {"question": "Q?", "answer": "A.", "model": "gpt-9"},
+         404, "model"),
+        ("post", "/admin/cache/entries", {"question": "Q?", "answer": "A.", "ttl_s": 5}, 422, None),
+    ],
+    ids=["misspelt-field", "tenant-range", "unserved-model-threshold", "lookup-range",
+         "lookup-unserved-model", "question-and-messages", "seed-unserved-model", "seed-ttl-s"],
+)  # fmt: skip
+def test_admin_bodies_are_validated(
+    admin: httpx.Client, method: str, path: str, body: dict, status: int, param: str | None
+):
+    """Every mistake is an error naming its field, and changes nothing: a misspelt field
+    used to answer 200 and keep the old value, and a model nobody serves was accepted."""
+    thresholds = admin.get("/admin/cache/threshold").json()
+    entries = admin.get("/admin/cache/entries").json()["total"]
+    response = admin.request(method, path, json=body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    if param is not None:
+        assert error["param"] == param, error
+    if status == 404:
+        assert error["code"] == "model_not_found"
+    assert admin.get("/admin/cache/threshold").json() == thresholds
+    assert admin.get("/admin/cache/entries").json()["total"] == entries
+
+
 def test_seed_list_get_delete_and_flush(admin: httpx.Client, alice: openai.OpenAI):
     seeded = admin.post(
         "/admin/cache/entries",
