@@ -28,7 +28,7 @@ from cache import (
     LookupResult,
     SemanticCache,
 )
-from cache.store import MAX_TTL, CacheEntry, Candidate
+from cache.store import CacheEntry, Candidate, check_ttl
 from gateway.auth import OPEN_TENANT
 from gateway.early_start import EarlyStart
 from gateway.errors import APIError
@@ -45,16 +45,24 @@ DELTA_CODEC = (msgspec.json.encode, partial(msgspec.json.decode, type=Delta))
 
 @dataclass(frozen=True)
 class CacheDirectives:
-    """What the request's Cache-Control allows: `no-cache` skips the lookup (the answer
-    is still stored), `no-store` skips both, `max-age=N` is the stored entry's TTL."""
+    """What the request allows, as HTTP caching reads a request's Cache-Control:
+    `no-cache` skips the lookup (the answer is still stored), `no-store` skips both, and
+    `max-age=N` accepts only cached answers at most N seconds old (0: none). How long the
+    answer is kept is not Cache-Control's to say: `ttl` comes from the body's
+    `cache: {"ttl": N}` (as LiteLLM spells it)."""
 
     lookup: bool = True
     store: bool = True
+    max_age: int | None = None
     ttl: int | None = None
 
     @classmethod
-    def parse(cls, header: str | None) -> CacheDirectives:
-        lookup, store, ttl = True, True, None
+    def parse(cls, header: str | None, ttl: int | None = None) -> CacheDirectives:
+        try:
+            check_ttl(ttl, "cache.ttl")
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="cache.ttl") from exc
+        lookup, store, max_age = True, True, None
         for part in filter(None, (p.strip().lower() for p in (header or "").split(","))):
             name, _, value = part.partition("=")
             if name == "no-cache":
@@ -64,15 +72,8 @@ class CacheDirectives:
             elif name == "max-age":
                 if not value.strip().isdigit():
                     raise APIError(400, f"Cache-Control max-age must be seconds, got {value!r}")
-                ttl = int(value)
-                if ttl > MAX_TTL:  # 400 rather than a shorter TTL than asked, unsaid
-                    raise APIError(
-                        400,
-                        f"Cache-Control max-age must be at most {MAX_TTL} seconds (10 years), "
-                        f"got {ttl}",
-                    )
-                store = store and ttl > 0  # max-age=0: nothing worth keeping
-        return cls(lookup, store, ttl)
+                max_age = int(value)
+        return cls(lookup, store, max_age, ttl)
 
 
 @dataclass
@@ -149,9 +150,12 @@ def _stop(stop: str | list[str] | None) -> list[str]:
     return stops
 
 
-def _servable(job: ChatJob, entry: CacheEntry) -> bool:
-    """A cached answer must fit what this request allows: within its max_tokens and free
-    of its stop sequences (otherwise another candidate, or the engine, answers)."""
+def _servable(job: ChatJob, max_age: int | None, entry: CacheEntry) -> bool:
+    """A cached answer must fit what this request allows: no older than its max-age,
+    within its max_tokens and free of its stop sequences (otherwise another candidate,
+    or the engine, answers)."""
+    if max_age is not None and time.time() - entry.created > max_age:
+        return False
     if job.max_tokens is not None:
         tokens = entry.metadata.get("completion_tokens")
         if not isinstance(tokens, int):
@@ -257,7 +261,8 @@ class ChatService:
                 # lookup's own work (hashing, the Redis round trips) runs.
                 await asyncio.sleep(0)
             try:
-                lookup = await self.cache.lookup(cache_request, accept=partial(_servable, job))
+                accept = partial(_servable, job, directives.max_age)
+                lookup = await self.cache.lookup(cache_request, accept=accept)
             except BaseException:
                 await self._abort_early(early)
                 raise

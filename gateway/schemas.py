@@ -25,6 +25,12 @@ class StreamOptions(msgspec.Struct):
     include_usage: bool = False
 
 
+class CacheOptions(msgspec.Struct, forbid_unknown_fields=True):
+    """The gateway's own field (LiteLLM's spelling): how long to keep this answer."""
+
+    ttl: int | None = None  # seconds, 1 to 10 years; default: the server's cache TTL
+
+
 class ChatCompletionRequest(msgspec.Struct):
     model: str
     messages: list[ChatMessage]
@@ -40,6 +46,7 @@ class ChatCompletionRequest(msgspec.Struct):
     user: str | None = None
     ignore_eos: bool = False  # vLLM's extension: generate max_tokens tokens, EOS or not
     cache_salt: str | None = None  # vLLM's extension: share prefix-cache blocks only within it
+    cache: CacheOptions | None = None
     # Accepted so that requests naming them get a clear refusal (or are honoured when
     # they ask for nothing the engine lacks), rather than being silently ignored.
     logprobs: bool | None = None

@@ -105,7 +105,8 @@ async def chat_completions(
 ) -> Response[ChatCompletion] | ServerSentEvent:
     runtime.check_ready()  # never waits for Redis: uncached while it is down (fail open)
     tenant: str = request.state.tenant  # set by api_key_guard
-    directives = CacheDirectives.parse(request.headers.get("cache-control"))
+    ttl = data.cache.ttl if data.cache is not None else None
+    directives = CacheDirectives.parse(request.headers.get("cache-control"), ttl)
     # Until the response starts, a client that hangs up gets its work cancelled (queued,
     # prefilling, or a JSON answer being generated); a stream notices on its own.
     watch = DisconnectWatch(request.receive)

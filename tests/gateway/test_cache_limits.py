@@ -91,7 +91,7 @@ def test_an_answer_of_unknown_length_is_served_only_where_it_surely_fits(
     were kept) fit if their bytes, a leading word marker and the end-of-sequence do."""
     entry = CacheEntry("id", "Q?", "Nineteen bytes long", "t", MODEL, "", "e", 0.0)
     job = ChatJob("r", MODEL, [{"role": "user", "content": "Q?"}], max_tokens=max_tokens)
-    assert _servable(job, entry) is servable
+    assert _servable(job, None, entry) is servable
 
 
 @pytest.mark.usefixtures("fresh")
@@ -109,14 +109,12 @@ def test_a_seed_with_a_ttl_past_the_maximum_is_refused_and_stores_nothing(
 
 
 @pytest.mark.usefixtures("fresh")
-def test_cache_control_max_age_past_the_maximum_is_refused(admin: httpx.Client, http: httpx.Client):
-    body = {"model": MODEL, "messages": messages("Q?"), "max_tokens": 4}
-    response = http.post(
-        "/v1/chat/completions", json=body, headers={"Cache-Control": f"max-age={10**20}"}
-    )
+def test_a_ttl_past_the_maximum_is_refused(admin: httpx.Client, http: httpx.Client):
+    body = {"model": MODEL, "messages": messages("Q?"), "max_tokens": 4, "cache": {"ttl": 10**20}}
+    response = http.post("/v1/chat/completions", json=body)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert error["type"] == "invalid_request_error" and "max-age" in error["message"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "cache.ttl"
     settle(str(http.base_url).rstrip("/"))
     assert admin.get("/admin/cache/entries", params={"tenant": "alice"}).json()["total"] == 0
 

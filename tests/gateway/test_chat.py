@@ -148,20 +148,25 @@ def test_tenants_never_share_prefix_cache_blocks(gateway: Server, http: httpx.Cl
 def test_cache_control_directives(http: httpx.Client, admin: httpx.Client):
     question = "What is the largest planet in the solar system?"
 
-    def post(cache_control: str | None) -> httpx.Response:
+    def post(cache_control: str | None, **body: object) -> httpx.Response:
         headers = {"Cache-Control": cache_control} if cache_control else {}
-        response = http.post("/v1/chat/completions", json=chat_body(question), headers=headers)
+        payload = chat_body(question, **body)
+        response = http.post("/v1/chat/completions", json=payload, headers=headers)
         assert response.status_code == 200, response.text
         settle(str(http.base_url).removesuffix("/"))
         return response
 
     assert post("no-store").headers["x-cache-status"] == "Bypass"
     assert admin.get("/admin/cache/entries", params={"tenant": "alice"}).json()["total"] == 0
-    assert post("no-cache, max-age=120").headers["x-cache-status"] == "Bypass"  # stored anyway
+    # Stored anyway, kept as long as the body's cache.ttl says.
+    assert post("no-cache", cache={"ttl": 120}).headers["x-cache-status"] == "Bypass"
     entries = admin.get("/admin/cache/entries", params={"tenant": "alice"}).json()["data"]
     assert len(entries) == 1 and 0 < entries[0]["ttl"] <= 120
     assert post(None).headers["x-cache-status"] == "Hit"
     assert post("no-cache").headers["x-cache-status"] == "Bypass"
+    # max-age is the oldest answer the client accepts (HTTP's meaning), not a TTL.
+    assert post("max-age=3600").headers["x-cache-status"] == "Hit"
+    assert post("max-age=0").headers["x-cache-status"] == "Miss"  # only a fresh answer
     bad = http.post(
         "/v1/chat/completions", json=chat_body(question), headers={"Cache-Control": "max-age=x"}
     )
