@@ -159,7 +159,9 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         default=None,
         help="similarity threshold to score (default: the configured one)",
     )
-    cal.add_argument("--target-precision", type=float, default=0.95)
+    cal.add_argument(
+        "--target-precision", type=float, default=0.95, help="the threshold to suggest keeps it"
+    )
     cal.set_defaults(func=cmd_cache_calibrate)
     fit = cache_sub.add_parser(
         "fit-overlap", help="fit the guard's overlap bar to labelled pairs, scored file by file"

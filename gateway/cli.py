@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
 import sys
@@ -13,9 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from gateway.cache_cli import add_cache_commands
+from gateway.cli_parser import Parser
 from gateway.serve_cli import QUANTIZATION_CHOICES, add_serve_command
 
 console = Console(stderr=True)
+REPL_HELP = (
+    "/reset forgets the conversation, /help shows this, /quit (or an empty line, Ctrl-D) ends"
+)
 
 
 def _engine_config(args: argparse.Namespace) -> Any:
@@ -30,15 +35,25 @@ def _stream_answer(llm: Any, messages: list[dict[str, str]], params: Any) -> str
     """Runs one chat turn, printing text as it is generated; returns the answer."""
     engine = llm.engine
     request_id = engine.add_request(llm.tokenizer.apply_chat_template(messages), params)
-    answer = ""
+    answer, finish_reason = "", None
     while engine.has_unfinished():
         for out in engine.step():
             if out.request_id == request_id:
                 sys.stdout.write(out.delta_text)
                 sys.stdout.flush()
                 answer += out.delta_text
+                finish_reason = out.finish_reason
     sys.stdout.write("\n")
+    if finish_reason == "length":
+        console.print(f"[yellow](cut at --max-tokens {params.max_tokens})[/yellow]")
     return answer
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("semgate")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return "unknown"
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -59,14 +74,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
         console.print("[red]no prompt given and standard input is not a terminal[/red]")
         console.print('usage: semgate chat "your question"   (or run it on a terminal for a REPL)')
         return 2
-    console.print("[bold]semgate chat[/bold]: empty line or Ctrl-D to quit, /reset to forget.")
+    console.print(f"[bold]semgate chat[/bold]: {REPL_HELP}")
     while True:
         try:
             line = input("you> ").strip()
         except (EOFError, KeyboardInterrupt):
             break
-        if not line:
+        if not line or line == "/quit":
             break
+        if line == "/help":
+            console.print(REPL_HELP)
+            continue
         if line == "/reset":
             history = history[:1] if args.system else []
             continue
@@ -128,22 +146,27 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="semgate", description=__doc__)
+    parser = Parser(prog="semgate", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log engine details")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"semgate {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     chat = sub.add_parser("chat", help="chat with the model in the terminal")
     chat.add_argument("prompt", nargs="*", help="one prompt to answer; none opens a REPL")
-    chat.add_argument("--model", default="smollm2-135m-instruct")
-    chat.add_argument("--max-model-len", type=int, default=None)
+    chat.add_argument(
+        "--model", default="smollm2-135m-instruct", help="bundled name, .gguf file or HF dir"
+    )
+    chat.add_argument(
+        "--max-model-len", type=int, default=None, help="context length (default: the model's)"
+    )
     chat.add_argument(
         "--quantization", choices=QUANTIZATION_CHOICES, default="auto", help="weights on CPU"
     )
     chat.add_argument("--system", default=None, help="system prompt")
-    chat.add_argument("--max-tokens", type=int, default=512)
-    chat.add_argument("--temperature", type=float, default=0.7)
-    chat.add_argument("--top-p", type=float, default=0.95)
-    chat.add_argument("--seed", type=int, default=None)
+    chat.add_argument("--max-tokens", type=int, default=512, help="longest answer, in tokens")
+    chat.add_argument("--temperature", type=float, default=0.7, help="0: greedy")
+    chat.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling")
+    chat.add_argument("--seed", type=int, default=None, help="for reproducible answers")
     chat.set_defaults(func=cmd_chat)
 
     bench = sub.add_parser("bench", help="benchmarks")
@@ -163,7 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text, func in benches:
         one = bench_sub.add_parser(name, help=help_text)
         one.add_argument("--quick", action="store_true", help="a short smoke run")
-        one.add_argument("--out", type=Path, default=Path(f"bench-results/{name}.json"))
+        one.add_argument(
+            "--out", type=Path, default=Path(f"bench-results/{name}.json"), help="JSON report"
+        )
         one.set_defaults(func=func)
         if name == "quant":
             one.add_argument(
@@ -189,7 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     # concern training, not serving.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `semgate`
+        parser.print_help()
+        return 0
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     try:
         return args.func(args)

@@ -74,20 +74,33 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         description="Settings: defaults < --config FILE < SEMGATE_* environment < flags.",
     )
     serve.add_argument("--config", type=Path, default=None, help="TOML settings file")
-    serve.add_argument("--host", default=None, help="default 127.0.0.1")
-    serve.add_argument("--port", type=int, default=None, help="default 8000")
-    serve.add_argument("--model", default=None, help="bundled name, .gguf file or HF dir")
-    serve.add_argument("--max-model-len", type=int, default=None)
-    serve.add_argument("--max-num-seqs", type=int, default=None, help="engine batch size")
-    serve.add_argument("--num-threads", type=int, default=None, help="engine CPU threads")
+    serve.add_argument("--host", default=None, help="(default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="(default: 8000)")
+    serve.add_argument(
+        "--model",
+        default=None,
+        help="bundled name, .gguf file or HF dir (default: smollm2-135m-instruct)",
+    )
+    serve.add_argument(
+        "--max-model-len", type=int, default=None, help="context length (default: the model's)"
+    )
+    serve.add_argument(
+        "--max-num-seqs", type=int, default=None, help="engine batch size (default: 64)"
+    )
+    serve.add_argument(
+        "--num-threads", type=int, default=None, help="engine CPU threads (default: all cores)"
+    )
     serve.add_argument(
         "--quantization",
         choices=QUANTIZATION_CHOICES,
         default=None,
-        help="engine weights on CPU (default auto: int4)",
+        help="engine weights (default: auto, which is int4 on CPU and none on CUDA)",
     )
     serve.add_argument(
-        "--max-num-batched-tokens", type=int, default=None, help="token budget of one step"
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="token budget of one step (default: 64, or max-num-seqs if larger)",
     )
     serve.add_argument(
         "--no-chunked-prefill", action="store_true", help="prefill each prompt in one step"
@@ -96,16 +109,24 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         "--no-prefix-caching", action="store_true", help="no KV reuse across requests"
     )
     serve.add_argument(
-        "--spec-method", choices=("ngram", "draft"), default=None, help="speculative decoding"
+        "--spec-method",
+        choices=("ngram", "draft"),
+        default=None,
+        help="speculative decoding (default: off)",
     )
-    serve.add_argument("--num-spec-tokens", type=int, default=None, help="tokens proposed a step")
+    serve.add_argument(
+        "--num-spec-tokens", type=int, default=None, help="tokens proposed a step (default: 8)"
+    )
     serve.add_argument(
         "--spec-draft-model",
         default=None,
         help="draft model for --spec-method draft (default: the target's own first layers)",
     )
     serve.add_argument(
-        "--max-waiting", type=int, default=None, help="queued requests before 429 (default 256)"
+        "--max-waiting",
+        type=int,
+        default=None,
+        help="requests queued for the engine before 429 (default: 256)",
     )
     serve.add_argument(
         "--upstream",
@@ -115,9 +136,18 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--no-cache", action="store_true", help="serve without the cache")
     serve.add_argument("--redis-url", default=None, help="default: an embedded Redis Stack")
-    serve.add_argument("--redis-data-dir", type=Path, default=None)
-    serve.add_argument("--threshold", type=float, default=None, help="similarity in [0, 1]")
-    serve.add_argument("--cache-ttl", type=int, default=None, help="seconds (default 7 days)")
+    serve.add_argument(
+        "--redis-data-dir",
+        type=Path,
+        default=None,
+        help="the embedded Redis's files (default: ~/.local/share/semgate/redis)",
+    )
+    serve.add_argument(
+        "--threshold", type=float, default=None, help="similarity in [0, 1] (default: 0.6)"
+    )
+    serve.add_argument(
+        "--cache-ttl", type=int, default=None, help="seconds (default: 604800, 7 days)"
+    )
     serve.add_argument("--admin-key", default=None, help="default: generated and printed")
     serve.add_argument(
         "--api-keys",
@@ -127,9 +157,15 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         help="default: chat is open",
     )
     serve.add_argument(
-        "--rate-limit", default=None, metavar="N/UNIT", help="per key, e.g. 60/minute"
+        "--rate-limit",
+        default=None,
+        metavar="N/UNIT",
+        help="per key, e.g. 60/minute (default: off)",
     )
     serve.add_argument(
-        "--admin-rate-limit", default=None, metavar="N/UNIT", help="the admin key's own limit"
+        "--admin-rate-limit",
+        default=None,
+        metavar="N/UNIT",
+        help="the admin key's own limit (default: off)",
     )
     serve.set_defaults(func=cmd_serve)

@@ -42,7 +42,7 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokenizer", default=None, help="counts workload tokens (default: --model)"
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="of the workload's sampling")
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
@@ -51,23 +51,23 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
         "run", help="drive an OpenAI-compatible endpoint with streaming chat completions"
     )
     run.add_argument("--url", default="http://127.0.0.1:8000", help="server root or its /v1")
-    run.add_argument("--workload", choices=WORKLOADS, default="sharegpt")
+    run.add_argument("--workload", choices=WORKLOADS, default="sharegpt", help="prompts to send")
     run.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="Bearer key")
     run.add_argument(
         "--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
         help="send vLLM's ignore_eos so answers are as long as the workload says (not for "
         "repeat, whose answers must end by themselves to be cacheable)",
     )  # fmt: skip
-    run.add_argument("--temperature", type=float, default=0.0)
+    run.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     run.add_argument("--out", type=Path, default=DEFAULT_OUT / "run", help="report directory")
     _add_workload_arguments(run)
     run.set_defaults(loadtest_func=cmd_run)
 
     scenario = sub.add_parser("scenario", help="start two servers and compare them on one workload")
-    scenario.add_argument("name", choices=sorted(SCENARIOS))
-    scenario.add_argument("--rounds", type=int, default=2, help="alternating rounds (2)")
+    scenario.add_argument("name", choices=sorted(SCENARIOS), help="what the two servers differ in")
+    scenario.add_argument("--rounds", type=int, default=2, help="alternating rounds")
     scenario.add_argument(
-        "--num-threads", type=int, default=1, help="engine CPU threads of each server (1)"
+        "--num-threads", type=int, default=1, help="engine CPU threads of each server"
     )
     scenario.add_argument("--out", type=Path, default=None, help=f"default {DEFAULT_OUT}/NAME")
     _add_workload_arguments(scenario)

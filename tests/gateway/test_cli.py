@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import MISSING, fields
+from typing import Any
 
 import pytest
+
+from gateway.cli import build_parser
+from gateway.settings import Settings
 
 
 def _semgate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -49,3 +57,63 @@ def test_an_unknown_quantization_is_refused_readably():
     result = _semgate("chat", "--quantization", "int3", "hi")
     assert result.returncode == 2
     assert "invalid choice: 'int3'" in result.stderr
+
+
+def test_version_and_bare_semgate_print_help():
+    assert _semgate("--version").stdout.strip() == "semgate 0.1.0"
+    bare = _semgate()
+    assert bare.returncode == 0
+    assert bare.stdout.startswith("usage: semgate")
+    assert all(command in bare.stdout for command in ("chat", "serve", "bench", "loadtest"))
+
+
+def _parsers(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, Any]]:
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, f"{path} {name}")
+
+
+def test_every_command_is_described_and_every_option_says_its_default():
+    for path, parser in _parsers(build_parser(), "semgate"):
+        assert parser.description, path
+        for action in parser._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{path} {action.option_strings[0]}"
+    # The serve flags default to None (a settings file or SEMGATE_* may set them): their
+    # help states the settings' own defaults, which must not drift from them.
+    serve = dict(_parsers(build_parser(), "semgate"))["semgate serve"]
+    defaults = {
+        f.name: f.default
+        for f in fields(Settings)
+        if f.default not in (MISSING, None) and not isinstance(f.default, bool)
+    }
+    flags = [a for a in serve._actions if a.dest in defaults]
+    assert len(flags) >= 9
+    for action in flags:
+        assert f"(default: {defaults[action.dest]}" in action.help, action.option_strings
+
+
+def test_chat_says_when_an_answer_was_cut():
+    result = _semgate("chat", "Tell me a long story.", "--max-tokens", "4", "--temperature", "0")
+    assert result.returncode == 0, result.stderr
+    assert "(cut at --max-tokens 4)" in result.stderr
+
+
+def test_the_repl_knows_help_and_quit():
+    """On a terminal (a pseudo-terminal here), without a prompt: the REPL."""
+    controller, terminal = os.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "chat"],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as repl:
+        os.write(controller, b"/help\n/quit\n")
+        _, err = repl.communicate(timeout=300)
+    os.close(controller)
+    os.close(terminal)
+    assert repl.returncode == 0, err
+    assert err.count("/reset forgets the conversation") == 2  # the banner, then /help

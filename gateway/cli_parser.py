@@ -1,0 +1,34 @@
+"""argparse set up once for every `semgate` command: each option's default in its help,
+and each subcommand's one-line help as its description too."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a default wherever one is set. Options whose default is None (the serve
+    flags, which the settings file and environment may also set) or a switch's False
+    say their default in their own help text instead."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if "help" in kwargs:
+            kwargs.setdefault("description", kwargs["help"])
+        return super().add_parser(name, **kwargs)
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of `semgate` and, through its subparsers, of every subcommand."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _SubParsers)
