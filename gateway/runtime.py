@@ -17,6 +17,7 @@ from contextlib import AsyncExitStack
 from typing import Literal
 
 from cache import CachePolicy, CacheRuntime, SemanticCache, Thresholds
+from cache.shared_admin import SharedAdmin
 from cache.supervisor import RedisSupervisor
 from engine import EngineConfig
 from gateway.auth import Keyring
@@ -61,6 +62,7 @@ class Runtime:
         self.cache_on = settings.cache
         self.cache: SemanticCache | None = None
         self.redis: RedisSupervisor | None = None  # set with `cache`
+        self.shared: SharedAdmin | None = None  # thresholds and stats across replicas
         self.metrics = GatewayMetrics(
             self.upstream.gauges,
             lambda: self.cache.stats if self.cache else None,
@@ -187,6 +189,12 @@ class Runtime:
                 continue
             self.cache_failure = None
             self.redis = runtime.supervisor
+            self.shared = SharedAdmin(
+                self.cache.store.client,
+                self.cache,
+                lambda: {"pending_stores": self.chat.pending_stores},
+            )
+            await self.shared.start()
             self.chat.cache = self.cache
             where = s.redis_url or f"embedded Redis Stack at {runtime.server.url}"  # type: ignore[union-attr]
             log.info("cache ready in %.1f s: %s", time.perf_counter() - t0, where)
@@ -201,5 +209,7 @@ class Runtime:
         # still arrive) no longer use it.
         await self.chat.drain_stores(timeout=STORE_DRAIN_SECONDS)
         self.chat.cache = None
+        if self.shared is not None:
+            await self.shared.stop()
         await self._stack.aclose()
         await self.upstream.close()

@@ -11,6 +11,7 @@ from litestar.params import Parameter
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cache import CacheRequest, SemanticCache, Thresholds
+from cache.shared_admin import SharedAdmin
 from cache.store import CacheEntry, check_ttl
 from gateway.auth import admin_guard
 from gateway.completions import flatten_messages
@@ -72,6 +73,12 @@ def _cache(runtime: Runtime) -> SemanticCache:
     if reason is not None:
         raise _redis_down(reason)
     return runtime.cache
+
+
+def _shared(runtime: Runtime) -> SharedAdmin:
+    _cache(runtime)
+    assert runtime.shared is not None  # set with the cache
+    return runtime.shared
 
 
 def _redis_down(reason: str) -> APIError:
@@ -146,18 +153,13 @@ async def put_threshold(data: ThresholdUpdate, runtime: Runtime) -> ThresholdCon
         dict(old.per_model if data.per_model is None else data.per_model),
         dict(old.per_tenant if data.per_tenant is None else data.per_tenant),
     )
-    cache.thresholds = new  # one assignment: a request sees the old or the new, never a mix
+    await _shared(runtime).set_thresholds(new)  # every replica applies it within a second
     return _thresholds(new)
 
 
-@get("/cache/stats", summary="Cache counters and the best-similarity histogram")
+@get("/cache/stats", summary="Cache counters of every replica added up, and how many reported")
 async def stats(runtime: Runtime) -> dict[str, Any]:
-    cache = _cache(runtime)
-    return {
-        **cache.stats.snapshot(),
-        "in_flight": cache.singleflight.in_flight(),
-        "pending_stores": runtime.chat.pending_stores,
-    }
+    return await _shared(runtime).stats()
 
 
 @get("/cache/entries", summary="List entries, newest first (filter by tenant, model, words)")
