@@ -13,6 +13,7 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
 from gateway.errors import EXCEPTION_HANDLERS
+from gateway.metrics import count_response
 from gateway.rate_limits import rate_limit_middleware
 from gateway.request_id import add_request_id
 from gateway.routes.admin import admin_router
@@ -51,7 +52,7 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         middleware=rate_limit_middleware(settings),
-        before_send=[add_request_id],
+        before_send=[add_request_id, count_response],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="semgate",

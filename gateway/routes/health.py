@@ -32,7 +32,12 @@ async def ready(runtime: Runtime) -> dict[str, object]:
     return body
 
 
-@get("/metrics", summary="Prometheus metrics", tags=["ops"], media_type=CONTENT_TYPE_LATEST)
+# Litestar adds the charset to a text/* media type itself: given prometheus_client's
+# full content type, the header carried it twice.
+METRICS_MEDIA_TYPE = CONTENT_TYPE_LATEST.removesuffix("; charset=utf-8")
+
+
+@get("/metrics", summary="Prometheus metrics", tags=["ops"], media_type=METRICS_MEDIA_TYPE)
 async def metrics(runtime: Runtime) -> Response[bytes]:
     body = generate_latest(runtime.metrics.registry)
-    return Response(body, media_type=CONTENT_TYPE_LATEST)
+    return Response(body, media_type=METRICS_MEDIA_TYPE)

@@ -47,6 +47,7 @@ class EngineGauges:
     kv_cache_usage: float = 0.0
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+    num_preemptions: int = 0  # running requests sent back to wait (KV blocks ran out)
     # Speculative decoding, when the engine runs it (method None: off).
     spec_method: str | None = None
     spec_num_drafts: int = 0

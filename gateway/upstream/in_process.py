@@ -63,6 +63,7 @@ class InProcessEngine:
             spec_num_drafts=stats.spec_num_drafts,
             spec_draft_tokens=stats.spec_draft_tokens,
             spec_accepted_tokens=stats.spec_accepted_tokens,
+            num_preemptions=stats.num_preemptions,
         )
 
     def _too_long(self, job: ChatJob, prompt_tokens: int, at_least: bool = False) -> UpstreamError:

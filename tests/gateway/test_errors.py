@@ -143,8 +143,17 @@ def test_metrics_follow_vllm_names(gateway: Server, alice: openai.OpenAI):
         "semgate_cache_misses_total",
         "semgate_cache_bypasses_total",
         "semgate_cache_coalesced_total",
+        "semgate_num_preemptions_total",
+        'semgate_cache_best_similarity_bucket{le="+Inf"}',
+        'semgate_http_requests_total{path="/v1/chat/completions",status="200"}',
     ):
         assert name in text, name
+    # Every response is counted by its route's template, unrouted ones as `unmatched`.
+    httpx.get(gateway.url + "/no-such-page")
+    assert metric(gateway, 'semgate_http_requests_total{path="unmatched",status="404"}') >= 1
+    response = httpx.get(gateway.url + "/metrics")
+    assert response.headers["content-type"].count("charset") == 1
+    assert "_created" not in response.text  # no timestamp series beside each counter
 
 
 def test_disconnect_mid_stream_frees_the_engine_blocks(gateway: Server):
