@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
+from engine.logs import current_format, formatter
 from engine.metrics import EngineStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
@@ -128,7 +129,7 @@ def start_engine_core(
             env=env,
         )
     conn = Connection(ours.detach())
-    conn.send((config, log_level))
+    conn.send((config, log_level, current_format()))
     return process, conn
 
 
@@ -138,8 +139,8 @@ def main() -> None:
     # Ctrl-C reaches the whole process group; the client decides when the core stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(int(sys.argv[1]))
-    config, log_level = conn.recv()
-    _log_to_stderr(log_level)
+    config, log_level, log_format = conn.recv()
+    _log_to_stderr(log_level, log_format)
     try:
         engine = LLMEngine(config)
     except Exception as exc:
@@ -149,10 +150,12 @@ def main() -> None:
     _CoreLoop(engine, conn).run()
 
 
-def _log_to_stderr(level: int) -> None:
+def _log_to_stderr(level: int, log_format: str) -> None:
     handler = logging.StreamHandler()
-    form = "%(asctime)s %(levelname)s %(name)s (engine core %(process)d) %(message)s"
-    handler.setFormatter(logging.Formatter(form))
+    text = "%(asctime)s %(levelname)-7s %(name)s (engine core %(process)d): %(message)s"
+    handler.setFormatter(formatter(log_format, text))
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").addHandler(handler)
     root = logging.getLogger("semgate")
     root.setLevel(level)
     root.addHandler(handler)

@@ -53,6 +53,7 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         middleware=rate_limit_middleware(settings),
         before_send=[add_request_id, count_response],
+        logging_config=None,  # `semgate serve` sets up logging once (gateway/serve_logging.py)
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="semgate",

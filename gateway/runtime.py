@@ -149,14 +149,17 @@ class Runtime:
 
     async def _start_upstream(self) -> None:
         t0 = time.perf_counter()
-        log.info("loading %s ...", ", ".join(self.upstream.models()) or "the upstream")
+        local = isinstance(self.upstream, InProcessEngine)
+        what = "the model" if local else "the upstreams"
+        log.info("loading %s: %s", what, ", ".join(self.upstream.models()) or "(listed on start)")
         try:
             await self.upstream.start()
         except Exception as exc:
-            self.upstream_failure = f"the upstream failed to start: {exc}"
+            self.upstream_failure = f"{what} failed to start: {exc}"
             log.error("%s", self.upstream_failure)
             return
-        log.info("upstream ready in %.1f s: %s", time.perf_counter() - t0, self.upstream.models())
+        served = ", ".join(self.upstream.models())
+        log.info("loaded %s in %.1f s, serving %s", what, time.perf_counter() - t0, served)
         # Ready means chat is answered (remote upstreams may all be down yet); the cache
         # comes up, or not, on its own.
         if self.upstream.ready():

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import logging
 import signal
+import socket
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from rich.logging import RichHandler
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -34,25 +32,36 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
+def _check_port(host: str, port: int) -> None:
+    """Refuses a port that cannot be listened on now, before anything slow starts (and
+    before an admin key is printed for a server that will not run)."""
+    family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.serve_logging import AccessLog, configure_logging
 
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack
-    log = logging.getLogger("semgate")
-    log.setLevel(logging.INFO)
-    log.addHandler(RichHandler(show_path=False, markup=False))
-    log.propagate = False  # Litestar configures the root logger too: print once
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # upstream health checks
-    logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
     settings = _settings(args)
+    configure_logging(settings.log_format)
+    _check_port(settings.host, settings.port)
     app = create_app(settings)
     uvicorn.run(
-        app,
+        AccessLog(app),
         host=settings.host,
         port=settings.port,
         log_level="warning",
+        log_config=None,  # uvicorn's loggers write through ours (gateway/serve_logging.py)
+        access_log=False,  # AccessLog writes one line a request instead
         timeout_graceful_shutdown=5,
         # C event loop and HTTP parser (project dependencies): the event loop's CPU is
         # what every request costs beside the engine, and both share two cores here.
@@ -167,5 +176,11 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N/UNIT",
         help="the admin key's own limit (default: off)",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=None,
+        help="text: one line a record; json: one object a line (default: text)",
     )
     serve.set_defaults(func=cmd_serve)

@@ -66,10 +66,13 @@ class Settings:
     rate_limit: str | None = None  # "120/minute" per API key
     admin_rate_limit: str | None = None  # the admin key's own budget ("600/minute")
     max_body_bytes: int = 4 * 1024 * 1024
+    log_format: str = "text"  # "text" | "json"
 
     def __post_init__(self) -> None:
         # Fails here, at start, rather than in the cache's start-up retries.
         Thresholds(self.threshold, dict(self.model_thresholds), dict(self.tenant_thresholds))
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"log_format must be text or json, not {self.log_format!r}")
         parse_rate(self.rate_limit)  # validate early
         parse_rate(self.admin_rate_limit)
         for name in ("max_num_seqs", "max_body_bytes", "port"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -117,3 +118,14 @@ def test_the_repl_knows_help_and_quit():
     os.close(terminal)
     assert repl.returncode == 0, err
     assert err.count("/reset forgets the conversation") == 2  # the banner, then /help
+
+
+def test_serve_refuses_a_busy_port_before_loading_anything():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = _semgate("serve", "--no-cache", "--port", str(port))
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "admin key" not in result.stderr  # refused before a key is made

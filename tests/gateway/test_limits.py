@@ -3,6 +3,7 @@ gateway (cache off, one engine slot, no waiting room, 3 requests a minute per ke
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -16,7 +17,7 @@ import pytest
 from tests.gateway.conftest import chat_body
 from tests.gateway.servers import Server, serving
 
-KEYS = {"sk-limited": "t1", "sk-queue": "t2", "sk-other": "t3", "sk-fresh": "t4"}
+KEYS = {"sk-limited": "t1", "sk-queue": "t2", "sk-other": "t3", "sk-fresh": "t4", "sk-logs": "t5"}
 ADMIN_KEY = "sk-admin-limited"
 
 
@@ -31,6 +32,7 @@ def limited() -> Iterator[Server]:
             "--rate-limit", "3/minute",
             "--admin-key", ADMIN_KEY,
             "--admin-rate-limit", "5/minute",
+            "--log-format", "json",
             "--api-keys", ",".join(f"{k}:{t}" for k, t in KEYS.items()),
         ]
     )  # fmt: skip
@@ -51,6 +53,21 @@ def test_ready_is_503_until_the_model_is_loaded(limited: Server):
     assert limited.startup_statuses[-1] == 200
     assert 503 in limited.startup_statuses  # it answered while the model was loading
     assert httpx.get(limited.url + "/ready").json()["cache"] == "off"
+
+
+def test_logs_are_json_with_one_access_line_a_request(limited: Server):
+    """--log-format json: every line the server and its engine process write is one
+    object, and each request gets one access line (never its key)."""
+    headers = {"Authorization": "Bearer sk-logs", "x-request-id": "log-test-1"}
+    assert httpx.get(limited.url + "/v1/models", headers=headers).status_code == 200
+    time.sleep(0.2)  # the line is written once the response has been sent
+    lines = [json.loads(line) for line in limited.log_path.read_text().splitlines() if line]
+    (access,) = [line for line in lines if line.get("request_id") == "log-test-1"]
+    assert access["logger"] == "semgate.access" and access["level"] == "info"
+    assert (access["method"], access["path"], access["status"]) == ("GET", "/v1/models", 200)
+    assert access["tenant"] == "t5" and access["duration_ms"] >= 0
+    assert any(line["logger"] == "semgate.engine" for line in lines)  # the engine core's too
+    assert "sk-logs" not in limited.log_path.read_text()
 
 
 def test_rate_limit_is_per_api_key(limited: Server):
