@@ -16,12 +16,14 @@ from cache.store import CacheEntry, check_ttl
 from gateway.auth import admin_guard
 from gateway.completions import flatten_messages
 from gateway.errors import APIError, error_response
+from gateway.openapi_docs import error_responses
 from gateway.runtime import Runtime
 from gateway.schemas import ChatMessage, ErrorResponse
 from gateway.strict_json import StrictJSON
 from gateway.tokens import token_counter
 
 MAX_PAGE = 500
+ADMIN_ERRORS = error_responses(400, 401, 403, 404, 422, 429, 503)
 
 
 class ThresholdConfig(msgspec.Struct):
@@ -132,13 +134,13 @@ def _entry(e: CacheEntry) -> dict[str, Any]:
     }
 
 
-@get("/cache/threshold", summary="The similarity thresholds in force")
+@get("/cache/threshold", summary="The similarity thresholds in force", responses=ADMIN_ERRORS)
 async def get_threshold(runtime: Runtime) -> ThresholdConfig:
     return _thresholds(_cache(runtime).thresholds)
 
 
 @put("/cache/threshold", summary="Change the thresholds (from the next request on)",
-     dto=StrictJSON[ThresholdUpdate], return_dto=None)  # fmt: skip
+     dto=StrictJSON[ThresholdUpdate], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
 async def put_threshold(data: ThresholdUpdate, runtime: Runtime) -> ThresholdConfig:
     cache = _cache(runtime)
     _similarity(data.default, "default")
@@ -157,12 +159,20 @@ async def put_threshold(data: ThresholdUpdate, runtime: Runtime) -> ThresholdCon
     return _thresholds(new)
 
 
-@get("/cache/stats", summary="Cache counters of every replica added up, and how many reported")
+@get(
+    "/cache/stats",
+    summary="Cache counters of every replica added up, and how many reported",
+    responses=ADMIN_ERRORS,
+)
 async def stats(runtime: Runtime) -> dict[str, Any]:
     return await _shared(runtime).stats()
 
 
-@get("/cache/entries", summary="List entries, newest first (filter by tenant, model, words)")
+@get(
+    "/cache/entries",
+    summary="List entries, newest first (filter by tenant, model, words)",
+    responses=ADMIN_ERRORS,
+)
 async def list_entries(
     runtime: Runtime,
     tenant: str | None = None,
@@ -176,7 +186,7 @@ async def list_entries(
 
 
 @post("/cache/entries", summary="Seed a question and its answer", status_code=201,
-      dto=StrictJSON[SeedEntry], return_dto=None)  # fmt: skip
+      dto=StrictJSON[SeedEntry], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
 async def seed_entry(data: SeedEntry, runtime: Runtime) -> dict[str, Any]:
     cache = _cache(runtime)
     model = _model(runtime, data.model)
@@ -204,7 +214,7 @@ async def seed_entry(data: SeedEntry, runtime: Runtime) -> dict[str, Any]:
     return _entry(entry)
 
 
-@get("/cache/entries/{entry_id:str}", summary="One entry")
+@get("/cache/entries/{entry_id:str}", summary="One entry", responses=ADMIN_ERRORS)
 async def get_entry(entry_id: str, runtime: Runtime) -> dict[str, Any]:
     entry = await _cache(runtime).store.get(entry_id)
     if entry is None:
@@ -212,14 +222,19 @@ async def get_entry(entry_id: str, runtime: Runtime) -> dict[str, Any]:
     return _entry(entry)
 
 
-@delete("/cache/entries/{entry_id:str}", summary="Delete one entry", status_code=204)
+@delete(
+    "/cache/entries/{entry_id:str}",
+    summary="Delete one entry",
+    status_code=204,
+    responses=ADMIN_ERRORS,
+)
 async def delete_entry(entry_id: str, runtime: Runtime) -> None:
     if not await _cache(runtime).store.delete(entry_id):
         raise APIError(404, f"no cache entry {entry_id!r}", param="entry_id", code="not_found")
 
 
 @delete("/cache", summary="Flush the cache, or one tenant's and/or model's entries",
-        status_code=200)  # fmt: skip
+        status_code=200, responses=ADMIN_ERRORS)  # fmt: skip
 async def flush(
     runtime: Runtime, tenant: str | None = None, model: str | None = None
 ) -> dict[str, int]:
@@ -227,7 +242,7 @@ async def flush(
 
 
 @post("/cache/lookup", summary="Dry run: would this request hit, and why (not)?", status_code=200,
-      dto=StrictJSON[LookupRequest], return_dto=None)  # fmt: skip
+      dto=StrictJSON[LookupRequest], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
 async def lookup(data: LookupRequest, runtime: Runtime) -> dict[str, Any]:
     cache = _cache(runtime)
     _similarity(data.threshold, "threshold")

@@ -7,12 +7,14 @@ from collections.abc import AsyncIterator
 
 import msgspec
 from litestar import Request, Response, post
+from litestar.params import Parameter
 from litestar.response import ServerSentEvent
 
 from gateway.auth import api_key_guard
 from gateway.completions import Answer, CacheDirectives, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import APIError
+from gateway.openapi_docs import CHAT_RESPONSES, ChatOperation
 from gateway.runtime import Runtime
 from gateway.schemas import (
     ChatCompletion,
@@ -99,14 +101,25 @@ async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
     security=[{"ApiKey": []}],
     dto=StrictJSON[ChatCompletionRequest],
     return_dto=None,
+    responses=CHAT_RESPONSES,
+    operation_class=ChatOperation,
 )
 async def chat_completions(
-    data: ChatCompletionRequest, request: Request, chat: ChatService, runtime: Runtime
+    data: ChatCompletionRequest,
+    request: Request,
+    chat: ChatService,
+    runtime: Runtime,
+    cache_control: str | None = Parameter(
+        header="cache-control",
+        default=None,
+        description="no-cache (skip the lookup, still store), no-store (neither), max-age=N "
+        "(serve only a cached answer at most N seconds old)",
+    ),
 ) -> Response[ChatCompletion] | ServerSentEvent:
     runtime.check_ready()  # never waits for Redis: uncached while it is down (fail open)
     tenant: str = request.state.tenant  # set by api_key_guard
     ttl = data.cache.ttl if data.cache is not None else None
-    directives = CacheDirectives.parse(request.headers.get("cache-control"), ttl)
+    directives = CacheDirectives.parse(cache_control, ttl)
     # Until the response starts, a client that hangs up gets its work cancelled (queued,
     # prefilling, or a JSON answer being generated); a stream notices on its own.
     watch = DisconnectWatch(request.receive)

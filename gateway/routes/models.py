@@ -6,6 +6,7 @@ from litestar import get
 
 from gateway.auth import api_key_guard
 from gateway.errors import APIError
+from gateway.openapi_docs import error_responses
 from gateway.schemas import ModelCard, ModelList
 from gateway.upstream import Upstream
 
@@ -16,6 +17,7 @@ from gateway.upstream import Upstream
     tags=["models"],
     guards=[api_key_guard],
     security=[{"ApiKey": []}],
+    responses=error_responses(401, 429),
 )
 async def list_models(upstream: Upstream, started: int) -> ModelList:
     return ModelList([ModelCard(m, started) for m in upstream.models()])
@@ -27,6 +29,7 @@ async def list_models(upstream: Upstream, started: int) -> ModelList:
     tags=["models"],
     guards=[api_key_guard],
     security=[{"ApiKey": []}],
+    responses=error_responses(400, 401, 404, 429),
 )
 async def get_model(model_id: str, upstream: Upstream, started: int) -> ModelCard:
     model_id = model_id.lstrip("/")

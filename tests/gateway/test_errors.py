@@ -205,3 +205,24 @@ def test_admin_bodies_are_decoded_strictly(gateway: Server):
     )
     assert assert_error(response, 422)["param"] == "default"
     assert "Traceback" not in gateway.log()
+
+
+def test_openapi_describes_what_the_server_sends(gateway: Server):
+    """The chat answer as JSON or SSE with its cache headers, and OpenAI's error object at
+    every error status, never Litestar's `{status_code, detail, extra}`."""
+    spec = httpx.get(gateway.url + "/schema/openapi.json").json()
+    chat = spec["paths"]["/v1/chat/completions"]["post"]
+    ok = chat["responses"]["200"]
+    assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/ChatCompletion")
+    assert "text/event-stream" in ok["content"]
+    assert {"X-Cache-Status", "X-Cache-Similarity", "Age"} <= set(ok["headers"])
+    assert "cache-control" in [p["name"] for p in chat["parameters"]]
+    for status in ("400", "401", "404", "413", "422", "429", "503"):
+        schema = chat["responses"][status]["content"]["application/json"]["schema"]
+        assert schema["$ref"].endswith("/ErrorResponse"), status
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if status.startswith(("4", "5")):
+                    schema = response["content"]["application/json"]["schema"]
+                    assert schema.get("$ref", "").endswith("/ErrorResponse"), (method, path)

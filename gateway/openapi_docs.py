@@ -1,0 +1,83 @@
+"""What the OpenAPI document says about responses, so that it says what the server
+sends: OpenAI's error object for every error status (never Litestar's default
+`{status_code, detail, extra}`, which no client of this server receives), the chat
+answer as JSON or as an SSE stream of chunks, and the cache headers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import (
+    OpenAPIHeader,
+    OpenAPIMediaType,
+    OpenAPIResponse,
+    Operation,
+    Schema,
+)
+from litestar.openapi.spec.enums import OpenAPIType
+
+from gateway.schemas import ChatCompletion, ErrorResponse
+
+ERRORS = {
+    400: "Bad values, malformed or non-UTF-8 JSON, a prompt over the context length",
+    401: "No API key, or an unknown one",
+    403: "A key that may not use this endpoint",
+    404: "Unknown model (`model_not_found`) or entry",
+    413: "Body over the size limit",
+    422: "A field of the wrong type, or missing, named in `param`",
+    429: "Rate limit, or the engine's queue is full (with Retry-After)",
+    503: "Not ready (the model loading, Redis down for the admin API), with Retry-After",
+}
+
+
+def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAI's error object at each status (all of ERRORS by default)."""
+    return {
+        status: ResponseSpec(ErrorResponse, description=ERRORS[status], generate_examples=False)
+        for status in statuses or ERRORS
+    }
+
+
+CHAT_RESPONSES = {
+    200: ResponseSpec(
+        ChatCompletion,
+        description="The answer; with `stream: true`, SSE chunks instead (text/event-stream)",
+        generate_examples=False,
+    ),
+    **error_responses(),
+}
+
+# Sent with every chat answer; the OpenAPI document lists them on its 200.
+CACHE_HEADERS = {
+    "X-Cache-Status": "Hit, Miss (the cache was asked) or Bypass (it was not)",
+    "X-Cache-Similarity": "On a hit: the cached question's similarity (1.0 for the exact tier)",
+    "X-Cache-Entry": "On a hit: the entry's id",
+    "Age": "On a hit: seconds since the answer was stored",
+    "X-Cache-Coalesced": "true when this miss followed an equivalent request in flight",
+    "x-request-id": "The client's own request id (if sane), else a fresh one",
+}
+
+
+@dataclass
+class ChatOperation(Operation):
+    """The chat operation, whose 200 is JSON or, with `stream: true`, an SSE stream."""
+
+    def __post_init__(self) -> None:
+        ok = (self.responses or {}).get("200")
+        if isinstance(ok, OpenAPIResponse):
+            string = Schema(type=OpenAPIType.STRING)
+            ok.headers = {
+                name: OpenAPIHeader(schema=string, description=text)
+                for name, text in CACHE_HEADERS.items()
+            }
+            ok.content = dict(ok.content or {})
+            ok.content["text/event-stream"] = OpenAPIMediaType(
+                schema=Schema(
+                    type=OpenAPIType.STRING,
+                    description="`data: {ChatCompletionChunk}` events: the role, content "
+                    "deltas, one with finish_reason, the usage when "
+                    "stream_options.include_usage, then `data: [DONE]`; a failure after "
+                    "the first chunk is one `data: {error}` event before [DONE]",
+                )
+            )
