@@ -12,7 +12,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cache import CacheRequest, SemanticCache, Thresholds
 from cache.shared_admin import SharedAdmin
-from cache.store import CacheEntry, check_ttl
+from cache.store import check_ttl
+from gateway.admin_schemas import (
+    CandidateView,
+    EntryPage,
+    EntryView,
+    Flushed,
+    GuardView,
+    HitView,
+    LookupView,
+)
 from gateway.auth import admin_guard
 from gateway.completions import flatten_messages
 from gateway.errors import APIError, error_response
@@ -119,21 +128,6 @@ def _thresholds(t: Thresholds) -> ThresholdConfig:
     return ThresholdConfig(t.default, dict(t.per_model), dict(t.per_tenant))
 
 
-def _entry(e: CacheEntry) -> dict[str, Any]:
-    return {
-        "id": e.id,
-        "question": e.prompt,
-        "answer": e.response,
-        "tenant": e.tenant,
-        "model": e.model,
-        "context": e.context,
-        "created": e.created,
-        "hits": e.hits,
-        "ttl": e.ttl,
-        "metadata": e.metadata,
-    }
-
-
 @get("/cache/threshold", summary="The similarity thresholds in force", responses=ADMIN_ERRORS)
 async def get_threshold(runtime: Runtime) -> ThresholdConfig:
     return _thresholds(_cache(runtime).thresholds)
@@ -180,14 +174,14 @@ async def list_entries(
     q: str | None = Parameter(default=None, description="words in the question"),
     offset: int = Parameter(default=0, ge=0),
     limit: int = Parameter(default=50, ge=1, le=MAX_PAGE),
-) -> dict[str, Any]:
+) -> EntryPage:
     total, entries = await _cache(runtime).store.list(tenant, model, q, offset, limit)
-    return {"total": total, "offset": offset, "data": [_entry(e) for e in entries]}
+    return EntryPage(total, offset, [EntryView.of(e) for e in entries])
 
 
 @post("/cache/entries", summary="Seed a question and its answer", status_code=201,
       dto=StrictJSON[SeedEntry], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
-async def seed_entry(data: SeedEntry, runtime: Runtime) -> dict[str, Any]:
+async def seed_entry(data: SeedEntry, runtime: Runtime) -> EntryView:
     cache = _cache(runtime)
     model = _model(runtime, data.model)
     context = flatten_messages(data.context) if data.context else []
@@ -211,15 +205,15 @@ async def seed_entry(data: SeedEntry, runtime: Runtime) -> dict[str, Any]:
         )
     except ValueError as exc:
         raise APIError(400, str(exc)) from exc
-    return _entry(entry)
+    return EntryView.of(entry)
 
 
 @get("/cache/entries/{entry_id:str}", summary="One entry", responses=ADMIN_ERRORS)
-async def get_entry(entry_id: str, runtime: Runtime) -> dict[str, Any]:
+async def get_entry(entry_id: str, runtime: Runtime) -> EntryView:
     entry = await _cache(runtime).store.get(entry_id)
     if entry is None:
         raise APIError(404, f"no cache entry {entry_id!r}", param="entry_id", code="not_found")
-    return _entry(entry)
+    return EntryView.of(entry)
 
 
 @delete(
@@ -235,15 +229,13 @@ async def delete_entry(entry_id: str, runtime: Runtime) -> None:
 
 @delete("/cache", summary="Flush the cache, or one tenant's and/or model's entries",
         status_code=200, responses=ADMIN_ERRORS)  # fmt: skip
-async def flush(
-    runtime: Runtime, tenant: str | None = None, model: str | None = None
-) -> dict[str, int]:
-    return {"deleted": await _cache(runtime).store.flush(tenant, model)}
+async def flush(runtime: Runtime, tenant: str | None = None, model: str | None = None) -> Flushed:
+    return Flushed(await _cache(runtime).store.flush(tenant, model))
 
 
 @post("/cache/lookup", summary="Dry run: would this request hit, and why (not)?", status_code=200,
       dto=StrictJSON[LookupRequest], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
-async def lookup(data: LookupRequest, runtime: Runtime) -> dict[str, Any]:
+async def lookup(data: LookupRequest, runtime: Runtime) -> LookupView:
     cache = _cache(runtime)
     _similarity(data.threshold, "threshold")
     if data.messages and data.question:
@@ -261,28 +253,27 @@ async def lookup(data: LookupRequest, runtime: Runtime) -> dict[str, Any]:
         temperature=data.temperature,
     )
     result = await cache.lookup(request, dry_run=True, threshold=data.threshold)
-    return {
-        "would_hit": result.hit is not None,
-        "status": result.status,
-        "threshold": result.threshold,
-        "reason": result.reason,
-        "hit": _entry(result.hit.entry) | {"similarity": result.hit.similarity}
-        if result.hit
-        else None,
-        "candidates": [
-            {
-                "id": c.candidate.entry.id,
-                "question": c.candidate.entry.prompt,
-                "similarity": round(c.candidate.similarity, 6),
-                "tier": c.candidate.tier,
-                "above_threshold": c.above_threshold,
-                "guard": None
+    hit = result.hit
+    return LookupView(
+        would_hit=hit is not None,
+        status=result.status,
+        threshold=result.threshold,
+        reason=result.reason,
+        hit=None if hit is None else HitView.of_hit(hit.entry, hit.similarity),
+        candidates=[
+            CandidateView(
+                id=c.candidate.entry.id,
+                question=c.candidate.entry.prompt,
+                similarity=round(c.candidate.similarity, 6),
+                tier=c.candidate.tier,
+                above_threshold=c.above_threshold,
+                guard=None
                 if c.verdict is None
-                else {"ok": c.verdict.ok, "rule": c.verdict.rule, "detail": c.verdict.detail},
-            }
+                else GuardView(c.verdict.ok, c.verdict.rule, c.verdict.detail),
+            )
             for c in result.candidates
         ],
-    }
+    )
 
 
 admin_router = Router(

@@ -220,6 +220,14 @@ def test_openapi_describes_what_the_server_sends(gateway: Server):
     for status in ("400", "401", "404", "413", "422", "429", "503"):
         schema = chat["responses"][status]["content"]["application/json"]["schema"]
         assert schema["$ref"].endswith("/ErrorResponse"), status
+    for path, method, status, struct in (
+        ("/admin/cache/lookup", "post", "200", "LookupView"),
+        ("/admin/cache/entries", "get", "200", "EntryPage"),
+        ("/admin/cache/entries", "post", "201", "EntryView"),
+        ("/admin/cache", "delete", "200", "Flushed"),
+    ):  # the admin API's answers are typed too
+        response = spec["paths"][path][method]["responses"][status]
+        assert response["content"]["application/json"]["schema"]["$ref"].endswith(f"/{struct}")
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
             for status, response in operation["responses"].items():
