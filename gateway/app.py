@@ -14,6 +14,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.metrics import count_response
+from gateway.openapi_docs import swagger_assets, swagger_ui
 from gateway.rate_limits import rate_limit_middleware
 from gateway.request_id import add_request_id
 from gateway.routes.admin import admin_router
@@ -41,7 +42,7 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
 
     return Litestar(
         route_handlers=[chat_completions, list_models, get_model, admin_router, health, ready,
-                        metrics],
+                        metrics, swagger_assets()],
         lifespan=[lifespan],
         state=State({"runtime": runtime}),
         dependencies={
@@ -60,6 +61,7 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
             version=VERSION,
             description="OpenAI-compatible chat gateway with a Redis semantic cache.",
             path="/schema",
+            render_plugins=[swagger_ui()],
             components=Components(
                 security_schemes={
                     "ApiKey": SecurityScheme(type="http", scheme="bearer"),

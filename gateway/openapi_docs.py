@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from litestar import Router
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import (
     OpenAPIHeader,
     OpenAPIMediaType,
@@ -16,6 +18,8 @@ from litestar.openapi.spec import (
     Schema,
 )
 from litestar.openapi.spec.enums import OpenAPIType
+from litestar.static_files import create_static_files_router
+from swagger_ui_bundle import swagger_ui_path
 
 from gateway.schemas import ChatCompletion, ErrorResponse
 
@@ -81,3 +85,22 @@ class ChatOperation(Operation):
                     "the first chunk is one `data: {error}` event before [DONE]",
                 )
             )
+
+
+# The docs page (/schema and /schema/swagger) loads Swagger UI from this server, not from
+# a CDN, so it renders where the gateway has no internet.
+SWAGGER_ASSETS = "/schema/assets"
+
+
+def swagger_ui() -> SwaggerRenderPlugin:
+    return SwaggerRenderPlugin(
+        js_url=f"{SWAGGER_ASSETS}/swagger-ui-bundle.js",
+        css_url=f"{SWAGGER_ASSETS}/swagger-ui.css",
+        standalone_preset_js_url=f"{SWAGGER_ASSETS}/swagger-ui-standalone-preset.js",
+        path=["/", "/swagger"],
+        favicon="",  # Litestar's default is an image on a CDN
+    )
+
+
+def swagger_assets() -> Router:
+    return create_static_files_router(SWAGGER_ASSETS, directories=[swagger_ui_path])

@@ -234,3 +234,12 @@ def test_openapi_describes_what_the_server_sends(gateway: Server):
                 if status.startswith(("4", "5")):
                     schema = response["content"]["application/json"]["schema"]
                     assert schema.get("$ref", "").endswith("/ErrorResponse"), (method, path)
+
+
+def test_the_docs_page_works_offline(gateway: Server):
+    """/schema renders Swagger UI from the gateway's own assets, never from a CDN."""
+    page = httpx.get(gateway.url + "/schema/swagger")
+    assert page.status_code == 200
+    assert "https://" not in page.text and "/schema/assets/swagger-ui-bundle.js" in page.text
+    script = httpx.get(gateway.url + "/schema/assets/swagger-ui-bundle.js")
+    assert script.status_code == 200 and len(script.content) > 100_000
