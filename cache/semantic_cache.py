@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import redis.exceptions
@@ -39,6 +39,15 @@ log = logging.getLogger(__name__)
 INLINE_KEY_CHARS = 20_000
 
 Status = Literal["hit", "miss", "bypass", "error"]
+T = TypeVar("T")
+
+
+async def _sized(text: str, work: Callable[..., T], *args: Any) -> T:
+    """work(*args) on the event loop, or in a worker thread when `text` is long
+    (normalizing it for the key takes ~20 ms per 1 MB, tokenizing it longer)."""
+    if len(text) > INLINE_KEY_CHARS:
+        return await asyncio.to_thread(work, *args)
+    return work(*args)
 
 
 @dataclass(frozen=True)
@@ -145,10 +154,7 @@ class SemanticCache:
         question = self.policy.question(request)
         assert question is not None
         scope = self.policy.scope(request)
-        if len(question) > INLINE_KEY_CHARS:  # normalizing takes ~20 ms per 1 MB
-            exact_key = await asyncio.to_thread(self.store.entry_id, scope, question)
-        else:
-            exact_key = self.store.entry_id(scope, question)
+        exact_key = await _sized(question, self.store.entry_id, scope, question)
         threshold = self.threshold_for(scope) if threshold is None else threshold
         if not dry_run:
             self.stats.lookups += 1
@@ -192,12 +198,7 @@ class SemanticCache:
             return result
         # Past the embedder's window two prompts can share every embedded token:
         # such long prompts use the exact tier only (and are embedded only if stored).
-        fits = (
-            await asyncio.to_thread(self.embedder.fits, question)
-            if len(question) > INLINE_KEY_CHARS
-            else self.embedder.fits(question)
-        )
-        if not fits:
+        if not await _sized(question, self.embedder.fits, question):
             result.reason = "prompt longer than the embedder's window: exact tier only"
             return result
         result.vector = await self.embedder.embed(question)

@@ -41,10 +41,6 @@ class Keyring:
         """No API keys configured: chat is open to anyone who can reach the port."""
         return not self.api_keys
 
-    def known(self, token: str) -> bool:
-        """Whether the token is one of the configured keys (chat or admin)."""
-        return self.tenant_key(token) or self.is_admin(token)
-
     def tenant_key(self, token: str) -> bool:
         """Whether the token is one of the configured chat keys."""
         return any([_matches(token, key) for key in self.api_keys])  # a list: compare all

@@ -15,7 +15,6 @@ its `check_throttle_handler` claims; keys are hashed before they name a bucket.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 
 from litestar import Request
 from litestar.middleware.base import DefineMiddleware
@@ -25,41 +24,36 @@ from gateway.auth import Keyring, bearer_token
 from gateway.settings import Settings, parse_rate
 
 UNLIMITED_PATHS = ["/health", "/ready", "/metrics", "/schema"]
+_BUCKET = "semgate_rate_bucket"  # the request's (kind, bucket), classified once
 
-Bucket = Callable[[Keyring, str | None, Request], str | None]
 
-
-def _tenant(keyring: Keyring, token: str | None, request: Request) -> str | None:
+def bucket_of(request: Request) -> tuple[str, str]:
+    """(kind, bucket) of the request: kind "tenant", "unknown" or "admin". The key is
+    compared once a request (in constant time, against every configured key), whichever
+    middleware asks first; the others read the scope."""
+    if (cached := request.scope.get(_BUCKET)) is not None:  # type: ignore[misc]
+        return cached
+    keyring: Keyring = request.app.state.runtime.keyring
+    token = bearer_token(request)
     if token is not None and keyring.is_admin(token):
-        return None  # the admin key's own bucket, even on the open gateway
-    if keyring.open:
-        return f"addr:{get_remote_address(request)}"
-    if token is not None and keyring.tenant_key(token):
-        return "key:" + hashlib.sha256(token.encode()).hexdigest()[:24]
-    return None
+        found = ("admin", "admin")  # its own bucket, even on the open gateway
+    elif keyring.open:
+        found = ("tenant", f"addr:{get_remote_address(request)}")
+    elif token is not None and keyring.tenant_key(token):
+        found = ("tenant", "key:" + hashlib.sha256(token.encode()).hexdigest()[:24])
+    else:
+        found = ("unknown", f"unknown:{get_remote_address(request)}")
+    request.scope[_BUCKET] = found  # type: ignore[literal-required]
+    return found
 
 
-def _unknown(keyring: Keyring, token: str | None, request: Request) -> str | None:
-    if keyring.open or (token is not None and keyring.known(token)):
-        return None
-    return f"unknown:{get_remote_address(request)}"
-
-
-def _admin(keyring: Keyring, token: str | None, _: Request) -> str | None:
-    return "admin" if token is not None and keyring.is_admin(token) else None
-
-
-def _config(rate: tuple[str, int], bucket: Bucket) -> DefineMiddleware:
-    def identify(request: Request) -> str | None:
-        keyring: Keyring = request.app.state.runtime.keyring
-        return bucket(keyring, bearer_token(request), request)
-
+def _config(rate: tuple[str, int], kind: str) -> DefineMiddleware:
     async def claims(request: Request) -> bool:
-        return identify(request) is not None
+        return bucket_of(request)[0] == kind
 
     config = RateLimitConfig(
         rate_limit=rate,  # type: ignore[arg-type]
-        identifier_for_request=lambda request: identify(request) or "",
+        identifier_for_request=lambda request: bucket_of(request)[1],
         check_throttle_handler=claims,
         exclude=UNLIMITED_PATHS,
     )
@@ -69,7 +63,7 @@ def _config(rate: tuple[str, int], bucket: Bucket) -> DefineMiddleware:
 def rate_limit_middleware(settings: Settings) -> list[DefineMiddleware]:
     middleware = []
     if (rate := parse_rate(settings.rate_limit)) is not None:
-        middleware += [_config(rate, _tenant), _config(rate, _unknown)]
+        middleware += [_config(rate, "tenant"), _config(rate, "unknown")]
     if (admin_rate := parse_rate(settings.admin_rate_limit)) is not None:
-        middleware.append(_config(admin_rate, _admin))
+        middleware.append(_config(admin_rate, "admin"))
     return middleware

@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from cache import CacheRequest, SemanticCache, Thresholds
 from cache.shared_admin import SharedAdmin
 from cache.store import check_ttl
+from cache.thresholds import validate_threshold
 from gateway.admin_schemas import (
     CandidateView,
     EntryPage,
@@ -120,8 +121,12 @@ def _model(runtime: Runtime, model: str | None, param: str = "model") -> str:
 
 
 def _similarity(value: float | None, param: str) -> None:
-    if value is not None and not 0.0 <= value <= 1.0:
-        raise APIError(400, f"{param} must be a similarity in [0, 1], got {value}", param=param)
+    if value is None:
+        return
+    try:
+        validate_threshold(value, param)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param=param) from exc
 
 
 def _thresholds(t: Thresholds) -> ThresholdConfig:

@@ -60,7 +60,10 @@ def test_logs_are_json_with_one_access_line_a_request(limited: Server):
     object, and each request gets one access line (never its key)."""
     headers = {"Authorization": "Bearer sk-logs", "x-request-id": "log-test-1"}
     assert httpx.get(limited.url + "/v1/models", headers=headers).status_code == 200
-    time.sleep(0.2)  # the line is written once the response has been sent
+    # The line is written once the response has been sent, just after the client has it.
+    deadline = time.monotonic() + 10
+    while "log-test-1" not in limited.log_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
     lines = [json.loads(line) for line in limited.log_path.read_text().splitlines() if line]
     (access,) = [line for line in lines if line.get("request_id") == "log-test-1"]
     assert access["logger"] == "semgate.access" and access["level"] == "info"
