@@ -298,7 +298,7 @@ class ChatService:
         else:
             deltas = produce()
         first = await _first(deltas)  # raises the upstream's refusal as an APIError
-        timed = self._timed(first, deltas, status, started)
+        timed = self._timed(first, deltas, job.model, status, started)
         return Answer(answer_id, job.model, int(time.time()), status, timed, headers)
 
     async def _abort_early(self, early: EarlyStart | None) -> None:
@@ -343,7 +343,7 @@ class ChatService:
                 completion_tokens=int(completion or 0),
             )
 
-        timed = self._timed(Delta(entry.response), final(), "hit", started)
+        timed = self._timed(Delta(entry.response), final(), job.model, "hit", started)
         return Answer(answer_id, job.model, int(time.time()), "hit", timed, headers)
 
     async def _produce(
@@ -382,8 +382,8 @@ class ChatService:
         ttl: int | None,
     ) -> asyncio.Task[object] | None:
         """Counts the upstream's tokens and starts storing the answer (policy permitting)."""
-        self.metrics.prompt_tokens.inc(final.prompt_tokens or 0)
-        self.metrics.generation_tokens.inc(final.completion_tokens or 0)
+        self.metrics.prompt_tokens.labels(cache_request.model).inc(final.prompt_tokens or 0)
+        self.metrics.generation_tokens.labels(cache_request.model).inc(final.completion_tokens or 0)
         if not store or self.cache is None:
             return None
         outcome = CompletionOutcome(text, final.finish_reason)
@@ -401,12 +401,18 @@ class ChatService:
         return task
 
     async def _timed(
-        self, first: Delta, rest: AsyncGenerator[Delta, None], status: str, started: float
+        self,
+        first: Delta,
+        rest: AsyncGenerator[Delta, None],
+        model: str,
+        status: str,
+        started: float,
     ) -> AsyncGenerator[Delta, None]:
         """`first`, then `rest`, observing TTFT, ITL and e2e for /metrics on the way. Ends
         at the final delta (what follows it upstream, such as storing the answer, is no
         concern of this client); closing it closes `rest`, which aborts the upstream
         request or leaves the flight."""
+        labels = (model, status)
         last: float | None = None
         finish = "abort"
         delta: Delta | None = first
@@ -415,18 +421,18 @@ class ChatService:
                 now = time.perf_counter()
                 if delta.text:
                     if last is None:
-                        self.metrics.ttft.labels(status).observe(now - started)
+                        self.metrics.ttft.labels(*labels).observe(now - started)
                     else:
-                        self.metrics.itl.labels(status).observe(now - last)
+                        self.metrics.itl.labels(*labels).observe(now - last)
                     last = now
                 yield delta
                 if delta.finish_reason is not None:
                     finish = delta.finish_reason
-                    self.metrics.e2e.labels(status).observe(time.perf_counter() - started)
+                    self.metrics.e2e.labels(*labels).observe(time.perf_counter() - started)
                     return
                 delta = await anext(rest, None)
         finally:
-            self.metrics.requests.labels(status, finish).inc()
+            self.metrics.requests.labels(*labels, finish).inc()
             await rest.aclose()
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -213,11 +214,13 @@ def _paired(diffs_s: list[float]) -> dict[str, Any]:
 def _server_e2e_sum(client: httpx.Client, cache_status: str) -> float:
     """The server's summed request latency (seconds) for one cache status, from /metrics:
     measured from the request path's start to its last delta."""
-    name = f'semgate_e2e_request_latency_seconds_sum{{cache_status="{cache_status}"}}'
-    for line in client.get("/metrics").text.splitlines():
-        if line.startswith(name):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        if family.name == "semgate_e2e_request_latency_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_sum") and sample.labels["cache_status"] == cache_status
+    )
 
 
 async def _in_process(llm: Any, messages: list[dict[str, str]], params: Any) -> tuple[float, int]:

@@ -1,6 +1,7 @@
 """Prometheus metrics, named after vLLM's with a `semgate_` prefix. Request latencies
-are observed by the gateway (labelled by cache status); engine gauges and cache
-counters are read from their owners at scrape time, so they can never drift."""
+are observed by the gateway (labelled by model and cache status); engine gauges, the
+upstreams' health and cache counters are read from their owners at scrape time, so they
+can never drift."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from cache import CacheStats
 from cache.stats import SIMILARITY_BUCKETS
-from gateway.upstream import EngineGauges
+from gateway.upstream import EngineGauges, UpstreamHealth
 
 # A `_created` series beside every counter doubles what Prometheus stores for nothing
 # it uses (vLLM turns them off too).
@@ -48,42 +49,18 @@ class _LiveCollector(Collector):
         gauges: Callable[[], EngineGauges | None],
         cache_stats: Callable[[], CacheStats | None],
         cache_health: Callable[[], CacheHealth | None],
+        upstream_health: Callable[[], list[UpstreamHealth]],
     ) -> None:
         self.gauges = gauges
         self.cache_stats = cache_stats
         self.cache_health = cache_health
+        self.upstream_health = upstream_health
 
     def collect(self) -> Iterator[Metric]:
         g = self.gauges()
         if g is not None:
-            yield GaugeMetricFamily(
-                "semgate_num_requests_running", "Requests in the engine's running batch.", g.running
-            )
-            yield GaugeMetricFamily(
-                "semgate_num_requests_waiting", "Requests waiting for the engine.", g.waiting
-            )
-            yield GaugeMetricFamily(
-                "semgate_kv_cache_usage_perc",
-                "Fraction of KV-cache blocks in use.",
-                g.kv_cache_usage,
-            )
-            yield CounterMetricFamily(
-                "semgate_prefix_cache_queries",
-                "Prompt tokens looked up in the prefix cache.",
-                g.prefix_cache_queries,
-            )
-            yield CounterMetricFamily(
-                "semgate_prefix_cache_hits",
-                "Prompt tokens found in the prefix cache.",
-                g.prefix_cache_hits,
-            )
-            yield CounterMetricFamily(
-                "semgate_num_preemptions",
-                "Running requests sent back to wait when KV blocks ran out.",
-                g.num_preemptions,
-            )
-            if g.spec_method is not None:
-                yield from _spec_metrics(g)
+            yield from _engine_metrics(g)
+        yield from _upstream_metrics(self.upstream_health())
         health = self.cache_health()
         if health is not None:  # None: the cache is off
             yield GaugeMetricFamily(
@@ -128,6 +105,58 @@ class _LiveCollector(Collector):
         yield _similarity_histogram(s)
 
 
+def _engine_metrics(g: EngineGauges) -> Iterator[Metric]:
+    """The in-process engine's gauges and counters, labelled with its model (vLLM's
+    `model_name`)."""
+    for kind, name, doc, value in (
+        (GaugeMetricFamily, "num_requests_running", "Requests in the engine's running batch.",
+         g.running),
+        (GaugeMetricFamily, "num_requests_waiting", "Requests waiting for the engine.",
+         g.waiting),
+        (GaugeMetricFamily, "kv_cache_usage_perc", "Fraction of KV-cache blocks in use.",
+         g.kv_cache_usage),
+        (CounterMetricFamily, "prefix_cache_queries",
+         "Prompt tokens looked up in the prefix cache.", g.prefix_cache_queries),
+        (CounterMetricFamily, "prefix_cache_hits", "Prompt tokens found in the prefix cache.",
+         g.prefix_cache_hits),
+        (CounterMetricFamily, "num_preemptions",
+         "Running requests sent back to wait when KV blocks ran out.", g.num_preemptions),
+    ):  # fmt: skip
+        family = kind(f"semgate_{name}", doc, labels=["model_name"])
+        family.add_metric([g.model], value)
+        yield family
+    if g.spec_method is not None:
+        yield from _spec_metrics(g)
+
+
+def _upstream_metrics(servers: list[UpstreamHealth]) -> Iterator[Metric]:
+    """Each server answering misses: up or down and, for remote engines that export
+    them, their running and waiting requests (all three families always described, so
+    dashboards name them whatever the mode)."""
+    up = GaugeMetricFamily(
+        "semgate_upstream_up",
+        "1 while the upstream (a remote server's base URL, or in-process) can answer.",
+        labels=["upstream"],
+    )
+    running = GaugeMetricFamily(
+        "semgate_upstream_num_requests_running",
+        "A remote upstream's running requests, from its own /metrics.",
+        labels=["upstream"],
+    )
+    waiting = GaugeMetricFamily(
+        "semgate_upstream_num_requests_waiting",
+        "A remote upstream's waiting requests, from its own /metrics.",
+        labels=["upstream"],
+    )
+    for server in servers:
+        up.add_metric([server.name], int(server.up))
+        if server.running is not None:
+            running.add_metric([server.name], server.running)
+        if server.waiting is not None:
+            waiting.add_metric([server.name], server.waiting)
+    yield from (up, running, waiting)
+
+
 def _similarity_histogram(s: CacheStats) -> Metric:
     """The best candidate's similarity on each semantic lookup, as a histogram."""
     cumulative, buckets = 0, []
@@ -150,8 +179,10 @@ def _spec_metrics(g: EngineGauges) -> Iterator[Metric]:
         ("num_draft_tokens", "Tokens proposed.", g.spec_draft_tokens),
         ("num_accepted_tokens", "Proposed tokens accepted.", g.spec_accepted_tokens),
     ):
-        family = CounterMetricFamily(f"semgate_spec_decode_{name}", doc, labels=["method"])
-        family.add_metric([g.spec_method], value)
+        family = CounterMetricFamily(
+            f"semgate_spec_decode_{name}", doc, labels=["model_name", "method"]
+        )
+        family.add_metric([g.model, g.spec_method], value)
         yield family
 
 
@@ -163,9 +194,10 @@ class GatewayMetrics:
         gauges: Callable[[], EngineGauges | None],
         cache_stats: Callable[[], CacheStats | None],
         cache_health: Callable[[], CacheHealth | None],
+        upstream_health: Callable[[], list[UpstreamHealth]],
     ) -> None:
         self.registry = CollectorRegistry()
-        labels = ["cache_status"]
+        labels = ["model_name", "cache_status"]
         self.ttft = Histogram(
             "semgate_time_to_first_token_seconds",
             "Time from request arrival to the first content token.",
@@ -189,8 +221,8 @@ class GatewayMetrics:
         )
         self.requests = Counter(
             "semgate_requests",
-            "Chat requests answered, by cache status and finish reason.",
-            ["cache_status", "finish_reason"],
+            "Chat requests answered, by model, cache status and finish reason.",
+            ["model_name", "cache_status", "finish_reason"],
             registry=self.registry,
         )
         self.early_starts = Counter(
@@ -208,12 +240,18 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self.prompt_tokens = Counter(
-            "semgate_prompt_tokens", "Prompt tokens processed upstream.", registry=self.registry
+            "semgate_prompt_tokens",
+            "Prompt tokens processed upstream.",
+            ["model_name"],
+            registry=self.registry,
         )
         self.generation_tokens = Counter(
-            "semgate_generation_tokens", "Tokens generated upstream.", registry=self.registry
+            "semgate_generation_tokens",
+            "Tokens generated upstream.",
+            ["model_name"],
+            registry=self.registry,
         )
-        self.registry.register(_LiveCollector(gauges, cache_stats, cache_health))
+        self.registry.register(_LiveCollector(gauges, cache_stats, cache_health, upstream_health))
 
 
 async def count_response(message: Message, scope: Scope) -> None:

@@ -67,6 +67,7 @@ class Runtime:
             self.upstream.gauges,
             lambda: self.cache.stats if self.cache else None,
             self.cache_health,
+            self.upstream.health,
         )
         # Early starts are cheap to abort in-process; against remote upstreams every hit
         # would cost them a request.

@@ -1,6 +1,13 @@
 """Where cache misses are answered: the in-process engine or remote servers."""
 
-from gateway.upstream.base import ChatJob, Delta, EngineGauges, Upstream, UpstreamError
+from gateway.upstream.base import (
+    ChatJob,
+    Delta,
+    EngineGauges,
+    Upstream,
+    UpstreamError,
+    UpstreamHealth,
+)
 from gateway.upstream.http import HttpUpstream
 from gateway.upstream.in_process import InProcessEngine
 
@@ -12,4 +19,5 @@ __all__ = [
     "InProcessEngine",
     "Upstream",
     "UpstreamError",
+    "UpstreamHealth",
 ]

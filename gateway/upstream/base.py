@@ -40,8 +40,9 @@ class Delta:
 
 @dataclass(frozen=True)
 class EngineGauges:
-    """Engine load, for /metrics (summed over upstreams where they report it)."""
+    """The in-process engine's load, for /metrics (remote engines export their own)."""
 
+    model: str  # the served model id: vLLM's `model_name` label
     running: int = 0
     waiting: int = 0
     kv_cache_usage: float = 0.0
@@ -53,6 +54,18 @@ class EngineGauges:
     spec_num_drafts: int = 0
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class UpstreamHealth:
+    """One server answering misses, as the gateway last saw it, for /metrics."""
+
+    name: str  # its base URL, or "in-process"
+    up: bool
+    # Its engine's own counts, read from its /metrics (semgate's or vLLM's names);
+    # None where it exports neither.
+    running: int | None = None
+    waiting: int | None = None
 
 
 class UpstreamError(APIError):
@@ -72,6 +85,9 @@ class Upstream(Protocol):
         """Model ids it serves; the first is the default."""
 
     def gauges(self) -> EngineGauges | None: ...
+
+    def health(self) -> list[UpstreamHealth]:
+        """Each server's state, in the order configured."""
 
     def refuse_oversized(self, job: ChatJob) -> None:
         """Raises UpstreamError for a request it can tell will not fit without tokenizing

@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 
-from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError
+from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
+from gateway.upstream.remote_load import UNKNOWN_LOAD, RemoteLoad, parse_load
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,9 @@ class _Server:
     # semgate's /ready lists the models too; servers without it (vLLM) are asked
     # /health and /v1/models instead, from their first 404 on.
     ready_path: str | None = "/ready"
+    # Its engine's load from its /metrics (None: unknown); asked no more after a 404.
+    load: RemoteLoad = UNKNOWN_LOAD
+    metrics_path: str | None = "/metrics"
 
 
 class HttpUpstream:
@@ -97,6 +101,11 @@ class HttpUpstream:
 
     def gauges(self) -> EngineGauges | None:
         return None  # remote engines report their own /metrics
+
+    def health(self) -> list[UpstreamHealth]:
+        return [
+            UpstreamHealth(s.base, s.healthy, s.load.running, s.load.waiting) for s in self._servers
+        ]
 
     def refuse_oversized(self, job: ChatJob) -> None:
         """Remote servers judge context length themselves."""
@@ -186,10 +195,29 @@ class HttpUpstream:
             models = await self._probe_models(server, probe_timeout)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             self._mark_down(server, f"health check failed: {type(exc).__name__}: {exc}")
+            server.load = UNKNOWN_LOAD
             return
         if not server.healthy:
             logger.info("upstream %s is healthy, serving %s", server.base, ", ".join(models))
         server.healthy, server.models, server.error = True, models, ""
+        server.load = await self._probe_load(server, probe_timeout)
+
+    async def _probe_load(self, server: _Server, timeout: float) -> RemoteLoad:
+        """Its engine's running and waiting requests, if its /metrics says. A server
+        without /metrics (404) is not asked again; any other failure leaves it unknown
+        this round and never marks the server down (it answered its health check)."""
+        assert self._client is not None
+        if server.metrics_path is None:
+            return UNKNOWN_LOAD
+        try:
+            resp = await self._client.get(server.base + server.metrics_path, timeout=timeout)
+            if resp.status_code == 404:
+                server.metrics_path = None
+            resp.raise_for_status()
+            return parse_load(resp.text)
+        except (httpx.HTTPError, ValueError) as exc:
+            logger.debug("upstream %s: no load from /metrics: %r", server.base, exc)
+            return UNKNOWN_LOAD
 
     async def _probe_models(self, server: _Server, timeout: float) -> list[str]:
         """The served models if the server is ready; raises otherwise. One request to a

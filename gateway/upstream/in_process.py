@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator
 
 from engine import AsyncLLM, EngineConfig, SamplingParams
 from gateway.off_loop import run_sized
-from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError
+from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
 
 
 class InProcessEngine:
@@ -54,6 +54,7 @@ class InProcessEngine:
             return None
         stats = self.llm.get_stats()
         return EngineGauges(
+            model=self.model_id,
             running=stats.num_running,
             waiting=stats.num_waiting,
             kv_cache_usage=stats.kv_cache_usage,
@@ -65,6 +66,9 @@ class InProcessEngine:
             spec_accepted_tokens=stats.spec_accepted_tokens,
             num_preemptions=stats.num_preemptions,
         )
+
+    def health(self) -> list[UpstreamHealth]:
+        return [UpstreamHealth("in-process", self.ready())]
 
     def _too_long(self, job: ChatJob, prompt_tokens: int, at_least: bool = False) -> UpstreamError:
         limit = self.max_model_len

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from cache.redis_server import free_port
 from gateway.serve_process import ServeProcess as Server
@@ -29,11 +31,21 @@ MODEL = "smollm2-135m-instruct"
 
 
 def metric(server: Server, sample: str, missing: float | None = None) -> float:
-    """One sample from the server's /metrics, by name and labels as exported
-    (`name{label="value"}`); `missing` for a labelled sample not observed yet."""
-    for line in httpx.get(server.url + "/metrics").text.splitlines():
-        if line.startswith(sample + " "):
-            return float(line.rsplit(" ", 1)[1])
+    """A sample from the server's /metrics, named as exported with some of its labels
+    (`name{label="value"}`): the sum of the samples of that name whose labels include
+    those (one per model_name, where every series has it); `missing` for a labelled
+    sample not observed yet."""
+    name, _, rest = sample.partition("{")
+    wanted = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+    text = httpx.get(server.url + "/metrics").text
+    values = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and wanted.items() <= s.labels.items()
+    ]
+    if values:
+        return sum(values)
     if missing is None:
         raise AssertionError(f"{sample} not exported")
     return missing

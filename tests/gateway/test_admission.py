@@ -119,8 +119,8 @@ async def _burst(url: str, n: int) -> tuple[list[httpx.Response], list[float]]:
             while not stop.is_set():
                 text = (await client.get("/metrics")).text
                 for line in text.splitlines():
-                    if line.startswith("semgate_num_requests_waiting "):
-                        waiting.append(float(line.split()[1]))
+                    if line.startswith("semgate_num_requests_waiting{"):
+                        waiting.append(float(line.split()[-1]))
                 await asyncio.sleep(0.02)
 
         watcher = asyncio.create_task(watch())

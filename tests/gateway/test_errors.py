@@ -121,14 +121,17 @@ def test_health_ready_schema_and_request_ids(gateway: Server):
 
 def test_metrics_follow_vllm_names(gateway: Server, alice: openai.OpenAI):
     counted = (
-        'semgate_time_to_first_token_seconds_count{cache_status="miss"}',
-        'semgate_e2e_request_latency_seconds_count{cache_status="miss"}',
+        f'semgate_time_to_first_token_seconds_count{{model_name="{MODEL}",cache_status="miss"}}',
+        f'semgate_e2e_request_latency_seconds_count{{model_name="{MODEL}",cache_status="miss"}}',
+        f'semgate_generation_tokens_total{{model_name="{MODEL}"}}',
         "semgate_cache_misses_total",
     )
     before = [metric(gateway, sample, missing=0) for sample in counted]
     question = f"Say hi to visitor {uuid.uuid4().hex[:8]}."  # a certain miss
     alice.chat.completions.create(model=MODEL, messages=messages(question), max_tokens=8)
-    assert [metric(gateway, sample) for sample in counted] == [n + 1 for n in before]
+    after = [metric(gateway, sample) for sample in counted]
+    assert after[:2] == [n + 1 for n in before[:2]] and after[3] == before[3] + 1
+    assert after[2] > before[2]  # the answer's tokens, counted for its model
     text = httpx.get(gateway.url + "/metrics").text
     for name in (
         "semgate_time_to_first_token_seconds_bucket",
@@ -146,6 +149,8 @@ def test_metrics_follow_vllm_names(gateway: Server, alice: openai.OpenAI):
         "semgate_num_preemptions_total",
         'semgate_cache_best_similarity_bucket{le="+Inf"}',
         'semgate_http_requests_total{path="/v1/chat/completions",status="200"}',
+        f'semgate_num_requests_running{{model_name="{MODEL}"}}',
+        'semgate_upstream_up{upstream="in-process"} 1.0',
     ):
         assert name in text, name
     # Every response is counted by its route's template, unrouted ones as `unmatched`.

@@ -136,6 +136,27 @@ def test_dead_url_is_unhealthy_and_requests_go_to_the_live_one(servers):
         check_complete(deltas)
 
 
+def test_health_reports_each_server_and_its_engine_load(servers):
+    """Up or down per server, and a live server's running requests as its own
+    /metrics counts them, re-read every health interval."""
+
+    async def main() -> list[int | None]:
+        async with pool([dead_url(), servers[0].url], health_interval=0.1) as upstream:
+            dead, live = upstream.health()
+            assert (dead.up, dead.running, dead.waiting) == (False, None, None)
+            assert (live.up, live.running, live.waiting) == (True, 0, 0)
+            chat = job(upstream, max_tokens=48, ignore_eos=True)
+            answering = asyncio.create_task(collect(upstream, chat))
+            running: list[int | None] = []
+            while not answering.done():
+                running.append(upstream.health()[1].running)
+                await asyncio.sleep(0.05)
+            assert answering.result()[-1].completion_tokens == 48
+            return running
+
+    assert 1 in asyncio.run(main())
+
+
 def test_a_model_whose_servers_are_down_is_503_not_unknown(servers):
     async def main() -> None:
         async with pool([servers[0].url], health_interval=60.0) as upstream:

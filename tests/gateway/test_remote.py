@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -12,7 +13,7 @@ import openai
 import pytest
 
 from tests.gateway.conftest import ADMIN, chat_body, messages, settle
-from tests.gateway.servers import MODEL, Server, serving
+from tests.gateway.servers import MODEL, Server, metric, serving
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,18 @@ def test_misses_go_upstream_and_come_back_as_hits(front: Server):
     answer, status = ask("What is the capital of Italy?")
     assert status == "Miss" and "Rome" in answer
     assert ask("Which city is the capital of Italy?") == (answer, "Hit")
+
+
+def test_metrics_report_the_upstream_and_its_load(front: Server, engine: Server):
+    upstream = f'{{upstream="{engine.url}"}}'
+    assert metric(front, "semgate_upstream_up" + upstream) == 1
+    # Read at each health check (every 5 s): one may have caught an earlier request.
+    deadline = time.monotonic() + 12
+    while metric(front, "semgate_upstream_num_requests_running" + upstream):
+        assert time.monotonic() < deadline, "the idle engine's load never read 0"
+        time.sleep(0.2)
+    assert metric(front, "semgate_upstream_num_requests_waiting" + upstream) == 0
+    assert metric(front, "semgate_num_requests_running", missing=-1) == -1  # no engine here
 
 
 def test_streaming_passes_through_token_by_token(front: Server, engine: Server):
