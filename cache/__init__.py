@@ -1,7 +1,6 @@
 """semgate's semantic cache over Redis: exact and semantic tiers, a near-miss guard,
-single-flight and calibration. No web code, no model code."""
+and single-flight. No web code, no model code (calibration is an offline tool: bench/)."""
 
-from cache.calibrate import CalibrationReport, Pair, calibrate, load_pairs
 from cache.embedder import Embedder
 from cache.guard import Guard, Verdict
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
@@ -21,7 +20,6 @@ __all__ = [
     "CacheScope",
     "CacheStats",
     "CacheStore",
-    "CalibrationReport",
     "Candidate",
     "CompletionOutcome",
     "EmbeddedRedis",
@@ -30,12 +28,9 @@ __all__ = [
     "FlightLost",
     "Guard",
     "LookupResult",
-    "Pair",
     "RedisUnavailableError",
     "SemanticCache",
     "SharedFlights",
     "Thresholds",
     "Verdict",
-    "calibrate",
-    "load_pairs",
 ]

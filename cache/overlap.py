@@ -71,7 +71,7 @@ class OverlapBar:
         return min(rising, self.ceiling)
 
 
-# Fitted by `semgate cache fit-overlap --pairs tests/data/cache_pairs*.jsonl`: every
+# Fitted by `semgate cache fit-overlap --pairs data/cache_pairs*.jsonl`: every
 # labelled set, floor 0.60 (the default threshold), DEFAULT_TARGET_PRECISION.
 # tests/cache/test_overlap_fit.py refits and checks these numbers.
 DEFAULT_BAR = OverlapBar(base=0.387, per_jaccard=0.142, per_sequence=0.691)

@@ -37,7 +37,7 @@ class ServeProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> ServeProcess:
-        cmd = [sys.executable, "-m", "gateway.cli", "serve", "--host", "127.0.0.1"]
+        cmd = [sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1"]
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [*cmd, "--port", str(self.port), *self.args],

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from loadtest.record import RequestRecord
-from loadtest.workload import WorkItem
+from loadtest.work_item import WorkItem
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from loadtest.report import print_table, write_run_report
 from loadtest.runner import LoadShape, run_load
 from loadtest.scenarios import Scenario, Side
 from loadtest.summary import summarize
-from loadtest.workload import WorkItem, WorkloadOptions, build_workload
+from loadtest.work_item import WorkItem, WorkloadOptions
+from loadtest.workload import build_workload
 
 
 @dataclass(frozen=True)

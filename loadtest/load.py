@@ -13,7 +13,8 @@ from loadtest.client import Endpoint
 from loadtest.report import print_table, write_run_report
 from loadtest.runner import LoadShape, RunResult, run_load
 from loadtest.summary import summarize
-from loadtest.workload import WorkloadOptions, build_workload
+from loadtest.work_item import WorkloadOptions
+from loadtest.workload import build_workload
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loadtest.workload import WorkItem, WorkloadOptions
+from loadtest.work_item import WorkItem, WorkloadOptions
 
 if TYPE_CHECKING:
     from engine.tokenizer import Tokenizer
@@ -30,7 +30,7 @@ _INSTRUCTION = "Read the passages below, then answer the question after them bri
 
 def _passages(tokenizer: Tokenizer) -> Iterator[list[int]]:
     """Token ids of ShareGPT answers, in file order."""
-    from engine.bench.sharegpt import first_exchange, iter_conversations
+    from bench.sharegpt import first_exchange, iter_conversations
 
     lo, hi = _PASSAGE_TOKENS
     for turns in iter_conversations():

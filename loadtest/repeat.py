@@ -13,7 +13,7 @@ from importlib import resources
 
 import numpy as np
 
-from loadtest.workload import WorkItem
+from loadtest.work_item import WorkItem
 
 SYSTEM = "Answer in one short sentence."
 BLOCK = 8  # questions asked side by side before their paraphrases

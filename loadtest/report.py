@@ -83,7 +83,7 @@ def write_run_report(
     out_dir: Path, title: str, intro: str, runs: Runs, summaries: Summaries, meta: dict[str, Any]
 ) -> Path:
     """results.json, the plots and report.md in `out_dir`; returns the report's path."""
-    from engine.bench.report import write_report
+    from bench.report import write_report
 
     plots = write_plots(runs, out_dir)
     write_report(

@@ -14,7 +14,7 @@ from rich.console import Console
 from loadtest.client import Endpoint, send
 from loadtest.record import RequestRecord
 from loadtest.schedule import poisson_arrivals
-from loadtest.workload import WorkItem
+from loadtest.work_item import WorkItem
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ async def run_load(
     label: str = "requests",
 ) -> RunResult:
     """Runs the workload against the endpoint; a progress bar on `console` if given."""
-    from engine.bench.report import progress
+    from bench.report import progress
 
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     timeout = httpx.Timeout(endpoint.timeout, connect=30.0)

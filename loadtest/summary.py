@@ -35,7 +35,7 @@ def summarize(records: list[RequestRecord], elapsed: float) -> dict[str, Any]:
     """Latency percentiles over completed requests (ITL over every gap of every stream),
     throughput over the run's wall time, cache hit rate over requests that got a cache
     status, error rate over all requests sent."""
-    from engine.bench.report import summary_ms
+    from bench.report import summary_ms
 
     done = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]

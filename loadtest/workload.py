@@ -8,10 +8,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from loadtest.rag import rag_items
+from loadtest.repeat import repeat_items
+from loadtest.work_item import WorkItem, WorkloadOptions
 
 if TYPE_CHECKING:
     from engine.tokenizer import Tokenizer
@@ -19,32 +22,8 @@ if TYPE_CHECKING:
 WORKLOADS = ("sharegpt", "rag", "repeat", "mixed")
 
 
-@dataclass(frozen=True)
-class WorkItem:
-    messages: list[dict[str, str]]
-    max_tokens: int
-    # The workload sets the output length: sent with ignore_eos where the run allows it.
-    exact_length: bool
-    kind: str
-    long: bool = False
-
-
-@dataclass(frozen=True)
-class WorkloadOptions:
-    num_requests: int
-    max_prompt_tokens: int = 1024  # cap on ShareGPT prompts
-    max_output_tokens: int = 128  # cap on every answer
-    rag_tokens: tuple[int, int] = (1024, 4096)  # range of the rag prompts' lengths
-    rag_contexts: int = 0  # distinct rag contexts shared by the questions; 0: one each
-    long_fraction: float = 0.2  # mixed: share of rag prompts
-    tokenizer: str = "smollm2-135m-instruct"
-    seed: int = 0
-
-
 def build_workload(name: str, options: WorkloadOptions) -> list[WorkItem]:
-    from loadtest.rag import rag_items
-    from loadtest.repeat import repeat_items
-    from loadtest.tokens import load_tokenizer
+    from loadtest.tokens import load_tokenizer  # imports torch: not for `--help`
 
     if name == "repeat":
         return repeat_items(options.num_requests, options.max_output_tokens, options.seed)
@@ -63,7 +42,7 @@ def build_workload(name: str, options: WorkloadOptions) -> list[WorkItem]:
 
 
 def sharegpt_items(tokenizer: Tokenizer, count: int, options: WorkloadOptions) -> list[WorkItem]:
-    from engine.bench.sharegpt import sample_requests
+    from bench.sharegpt import sample_requests
 
     if count == 0:
         return []

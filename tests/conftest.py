@@ -12,6 +12,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from engine import LLM, EngineConfig
 
+# Redis, the embedder and the cache's event loop, shared by tests/cache and tests/bench.
+pytest_plugins = ["tests.cache.fixtures"]
+
 
 @pytest.fixture(scope="session")
 def make_llm() -> Callable[..., LLM]:

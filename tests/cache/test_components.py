@@ -16,7 +16,7 @@ from cache import CachePolicy, CompletionOutcome, EmbeddedRedis, Embedder, Thres
 from cache import redis_server as redis_server_module
 from cache.policy import context_fingerprint, normalize_prompt
 from cache.thresholds import distance_from_similarity, similarity_from_distance
-from tests.cache.conftest import Run, ask
+from tests.cache.fixtures import Run, ask
 
 
 def test_policy_bypasses_and_store_rules():

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cache import DEFAULT_THRESHOLD, Embedder, Guard, SemanticCache, calibrate, load_pairs
-from tests.cache.conftest import Run
+from bench.calibrate import calibrate, load_pairs
+from cache import DEFAULT_THRESHOLD, Embedder, Guard, SemanticCache
+from tests.cache.fixtures import Run
 
-DATA = Path(__file__).parents[1] / "data"
+DATA = Path(__file__).parents[2] / "data"
 
 NEAR_MISSES = [
     ("Convert 100 °F to Celsius", "Convert 100 °C to Fahrenheit", {"units", "order"}),

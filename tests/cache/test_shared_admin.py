@@ -10,7 +10,7 @@ import pytest
 
 from cache import CacheStore, Embedder, SemanticCache, Thresholds
 from cache.shared_admin import SETTINGS_KEY, SharedAdmin, add_up
-from tests.cache.conftest import Run
+from tests.cache.fixtures import Run
 
 
 @pytest.fixture

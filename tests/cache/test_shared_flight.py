@@ -14,7 +14,7 @@ from cache import EmbeddedRedis, Embedder, SemanticCache
 from cache.redis_server import free_port
 from cache.shared_flight import FlightError, FlightLost, SharedFlights
 from cache.store import CacheStore
-from tests.cache.conftest import Run, ask
+from tests.cache.fixtures import Run, ask
 
 CODEC = (str.encode, bytes.decode)
 PIECES = ["Open ", "Settings, ", "then ", "Export, ", "then ", "CSV."]

@@ -9,7 +9,7 @@ import pytest
 
 from cache import CompletionOutcome, EmbeddedRedis, Embedder, SemanticCache
 from cache.store import MAX_TTL, CacheStore
-from tests.cache.conftest import Run, ask
+from tests.cache.fixtures import Run, ask
 
 DONE = CompletionOutcome("Paris is the capital of France.", "stop")
 

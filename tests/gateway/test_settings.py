@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from cli.serve_command import QUANTIZATION_CHOICES as CLI_QUANTIZATION_CHOICES
 from engine.config import QUANTIZATION_CHOICES
-from gateway.serve_cli import QUANTIZATION_CHOICES as CLI_QUANTIZATION_CHOICES
 from gateway.settings import Settings
 
 

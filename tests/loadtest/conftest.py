@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from loadtest.workload import WorkItem, WorkloadOptions, build_workload
+from loadtest.work_item import WorkItem, WorkloadOptions
+from loadtest.workload import build_workload
 from tests.gateway.servers import Server, serving
 
 

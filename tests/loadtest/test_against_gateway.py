@@ -14,7 +14,7 @@ from loadtest.runner import LoadShape, RunResult, run_load
 from loadtest.schedule import poisson_arrivals
 from loadtest.summary import summarize
 from loadtest.tokens import load_tokenizer
-from loadtest.workload import WorkItem
+from loadtest.work_item import WorkItem
 from tests.gateway.servers import MODEL, Server
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gateway.cli import main
+from cli.main import main
 from tests.gateway.servers import Server
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

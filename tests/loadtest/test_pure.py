@@ -11,7 +11,7 @@ from loadtest.record import RequestRecord
 from loadtest.repeat import BLOCK, question_groups, repeat_order
 from loadtest.schedule import poisson_arrivals
 from loadtest.summary import summarize
-from loadtest.workload import WorkItem
+from loadtest.work_item import WorkItem
 
 
 def test_poisson_schedule_is_seeded_and_has_the_rate() -> None:

@@ -40,18 +40,17 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from engine.bench.report import (
+from bench.greedy import greedy, warm_up
+from bench.report import (
     fmt,
-    greedy,
     median,
     met_cell,
     progress,
     rotated,
     summary_ms,
-    warm_up,
     write_report,
 )
-from engine.bench.sharegpt import sample_requests, token_stream
+from bench.sharegpt import sample_requests, token_stream
 from engine.config import DEFAULT_MODEL, EngineConfig
 from engine.llm import LLM
 from engine.metrics import RequestMetrics

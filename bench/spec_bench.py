@@ -27,8 +27,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from engine.bench.report import met_cell, progress, write_report
-from engine.bench.sharegpt import MIN_LEN, first_exchange, iter_conversations, sample_requests
+from bench.report import met_cell, progress, write_report
+from bench.sharegpt import MIN_LEN, first_exchange, iter_conversations, sample_requests
 from engine.config import EngineConfig
 from engine.llm import LLM
 from engine.metrics import EngineStats

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-SEMGATE = [sys.executable, "-m", "gateway.cli"]
-DATA = Path(__file__).parents[1] / "data"
+SEMGATE = [sys.executable, "-m", "cli.main"]
+DATA = Path(__file__).parents[2] / "data"
 ENV = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {"HF_HUB_OFFLINE": "1"}
 
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from gateway.cli import build_parser
+from cli.main import build_parser
 from gateway.settings import Settings
 
 
 def _semgate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -106,7 +106,7 @@ def test_the_repl_knows_help_and_quit():
     """On a terminal (a pseudo-terminal here), without a prompt: the REPL."""
     controller, terminal = os.openpty()
     with subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "chat"],
+        [sys.executable, "-m", "cli.main", "chat"],
         stdin=terminal,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

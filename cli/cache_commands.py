@@ -15,11 +15,12 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from cache import CalibrationReport
+    from bench.calibrate import CalibrationReport
 
 
 def cmd_cache_calibrate(args: argparse.Namespace) -> int:
-    from cache import CacheRuntime, calibrate, load_pairs
+    from bench.calibrate import calibrate, load_pairs
+    from cache import CacheRuntime
 
     pairs = load_pairs(args.pairs)
     console = Console(stderr=True)
@@ -90,9 +91,10 @@ def _print_report(r: CalibrationReport) -> None:
 
 
 def cmd_cache_fit_overlap(args: argparse.Namespace) -> int:
-    from cache import DEFAULT_THRESHOLD, Embedder, Guard, load_pairs
+    from bench.calibrate import load_pairs
+    from bench.overlap_fit import fit_bar, held_out, measure
+    from cache import DEFAULT_THRESHOLD, Embedder, Guard
     from cache.overlap import DEFAULT_CEILING, DEFAULT_TARGET_PRECISION
-    from cache.overlap_fit import fit_bar, held_out, measure
 
     floor = DEFAULT_THRESHOLD if args.floor is None else args.floor
     ceiling = DEFAULT_CEILING if args.ceiling is None else args.ceiling

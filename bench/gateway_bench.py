@@ -39,8 +39,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.report import met_cell, progress, summary_ms, write_report
 from cache.policy import normalize_prompt
-from engine.bench.report import met_cell, progress, summary_ms, write_report
 from engine.config import DEFAULT_MODEL
 from gateway.serve_process import ServeProcess
 
@@ -81,7 +81,7 @@ FULL = Sizes(entries=400, rounds=4, hits_per_round=100, miss_steps=200, warmup=5
 def _exchanges(n: int) -> list[tuple[str, str]]:
     """The first `n` ShareGPT (first user turn, its answer) pairs with a short question,
     distinct once case-folded (the exact tier would merge the others)."""
-    from engine.bench.sharegpt import first_exchange, iter_conversations
+    from bench.sharegpt import first_exchange, iter_conversations
 
     seen: dict[str, tuple[str, str]] = {}
     for turns in iter_conversations():

@@ -1,4 +1,4 @@
-"""The `semgate loadtest run|scenario ...` commands (`python -m loadtest` runs them too).
+"""The `semgate loadtest run|scenario ...` commands.
 
 Only argparse at import: the commands import what they need when they run."""
 
@@ -13,7 +13,7 @@ from loadtest.scenarios import SCENARIOS
 from loadtest.workload import WORKLOADS
 
 if TYPE_CHECKING:
-    from loadtest.workload import WorkloadOptions
+    from loadtest.work_item import WorkloadOptions
 
 DEFAULT_OUT = Path("bench-results/loadtest")
 
@@ -45,7 +45,8 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="of the workload's sampling")
 
 
-def add_subcommands(parser: argparse.ArgumentParser) -> None:
+def add_loadtest_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = commands.add_parser("loadtest", help="load tests and server comparisons over HTTP")
     sub = parser.add_subparsers(dest="loadtest_command", required=True)
     run = sub.add_parser(
         "run", help="drive an OpenAI-compatible endpoint with streaming chat completions"
@@ -61,7 +62,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     run.add_argument("--out", type=Path, default=DEFAULT_OUT / "run", help="report directory")
     _add_workload_arguments(run)
-    run.set_defaults(loadtest_func=cmd_run)
+    run.set_defaults(func=cmd_run)
 
     scenario = sub.add_parser("scenario", help="start two servers and compare them on one workload")
     scenario.add_argument("name", choices=sorted(SCENARIOS), help="what the two servers differ in")
@@ -71,11 +72,11 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     )
     scenario.add_argument("--out", type=Path, default=None, help=f"default {DEFAULT_OUT}/NAME")
     _add_workload_arguments(scenario)
-    scenario.set_defaults(loadtest_func=cmd_scenario)
+    scenario.set_defaults(func=cmd_scenario)
 
 
 def _workload_options(args: argparse.Namespace, defaults: dict[str, object]) -> WorkloadOptions:
-    from loadtest.workload import WorkloadOptions
+    from loadtest.work_item import WorkloadOptions
 
     flags = {
         "num_requests": args.num_requests,

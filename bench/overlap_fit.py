@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cache.calibrate import Pair
+from bench.calibrate import Pair
 from cache.embedder import Embedder
 from cache.guard import Guard, features, weighed_overlap
 from cache.overlap import DEFAULT_CEILING, OverlapBar, WordOverlap

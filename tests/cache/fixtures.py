@@ -1,5 +1,6 @@
 """One embedded Redis Stack and one embedder per test session; an event loop in a
-thread so async cache calls can run from plain tests."""
+thread so async cache calls can run from plain tests. A plugin of the root conftest:
+tests/cache and tests/bench (calibration) share one of each."""
 
 from __future__ import annotations
 

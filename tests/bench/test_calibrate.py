@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cache import Pair, SemanticCache, calibrate
-from tests.cache.conftest import Run
+from bench.calibrate import Pair, calibrate
+from cache import SemanticCache
+from tests.cache.fixtures import Run
 
 PAIRS = [
     Pair("How do I reset my password?", "how do I reset my password", 1),

@@ -1,5 +1,6 @@
-"""What every `semgate bench ...` shares: greedy requests, alternation and medians,
-latency summaries, the progress bar, the "met?" cell and the JSON report."""
+"""What every `semgate bench ...` and the load tests share: alternation and medians,
+latency summaries, the progress bar, the "met?" cell and the JSON report (no engine:
+the load generator uses it too)."""
 
 from __future__ import annotations
 
@@ -20,19 +21,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from engine.llm import LLM
-from engine.sampling_params import SamplingParams
-
 T = TypeVar("T")
-
-
-def greedy(max_tokens: int) -> SamplingParams:
-    """Greedy with EOS ignored: every side generates exactly max_tokens."""
-    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-
-
-def warm_up(llm: LLM) -> None:
-    llm.generate("Warm-up.", greedy(4))
 
 
 def rotated(items: Sequence[T], shift: int) -> list[T]:

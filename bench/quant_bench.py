@@ -3,7 +3,7 @@
 Our engine runs with its linear layers' weights in float32, int8 and int4 (aten's
 weight-only kernels, engine/quantized_linear.py), three engines built once and warmed up in
 one process; llama.cpp's `llama-server` serves the same GGUF file with as many threads,
-when a binary is found (see engine/bench/llama_server.py). Every side gets the same
+when a binary is found (see bench/llama_server.py). Every side gets the same
 token ids (one vocabulary), greedy, with EOS ignored, so all generate exactly the
 requested number of tokens:
 
@@ -37,23 +37,22 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from engine.bench.llama_server import (
+from bench.greedy import greedy, warm_up
+from bench.llama_server import (
     HOW_TO_GET,
     LlamaServer,
     find_llama_server,
     llama_server_version,
 )
-from engine.bench.report import (
+from bench.report import (
     fmt,
-    greedy,
     median,
     met_cell,
     progress,
     rotated,
-    warm_up,
     write_report,
 )
-from engine.bench.sharegpt import sample_requests
+from bench.sharegpt import sample_requests
 from engine.config import DEFAULT_MODEL, EngineConfig
 from engine.llm import LLM
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.bench.sharegpt import MIN_LEN, sample_requests, token_stream
+from bench.sharegpt import MIN_LEN, sample_requests, token_stream
 
 
 def test_sampled_requests_respect_the_length_caps(llm):

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from cache import DEFAULT_THRESHOLD, Embedder, Guard, load_pairs
+from bench.calibrate import load_pairs
+from bench.overlap_fit import MeasuredPair, fit_bar, held_out, measure
+from cache import DEFAULT_THRESHOLD, Embedder, Guard
 from cache.overlap import DEFAULT_BAR, DEFAULT_TARGET_PRECISION
-from cache.overlap_fit import MeasuredPair, fit_bar, held_out, measure
 
-DATA = Path(__file__).parents[1] / "data"
+DATA = Path(__file__).parents[2] / "data"
 
 
 @pytest.fixture(scope="module")

@@ -33,10 +33,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.engine_bench import Goal
+from bench.greedy import greedy
+from bench.report import met_cell, progress, write_report
+from bench.sharegpt import first_exchange, iter_conversations
 from engine.attention import SequenceSlice
-from engine.bench.engine_bench import Goal
-from engine.bench.report import greedy, met_cell, progress, write_report
-from engine.bench.sharegpt import first_exchange, iter_conversations
 from engine.config import DEFAULT_MODEL, EngineConfig, resolve_model_path
 from engine.kv_cache import allocate_kv_cache, slot_of
 from engine.llm import LLM

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.bench.quality_bench import answer_logprobs
+from bench.quality_bench import answer_logprobs
 from tests.engine.conftest import first_step_logits
 
 

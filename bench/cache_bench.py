@@ -22,10 +22,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.report import met_cell, summary_ms, write_report
 from cache.policy import CacheRequest
 from cache.semantic_cache import CacheRuntime, SemanticCache
 from cache.thresholds import DEFAULT_THRESHOLD, distance_from_similarity
-from engine.bench.report import met_cell, summary_ms, write_report
 
 console = Console(stderr=True)
 
@@ -40,7 +40,7 @@ MAX_CHARS = 160
 
 
 def _prompts(n: int) -> list[str]:
-    from engine.bench.sharegpt import first_exchange, iter_conversations
+    from bench.sharegpt import first_exchange, iter_conversations
 
     seen: dict[str, None] = {}
     for turns in iter_conversations():

@@ -1,0 +1,56 @@
+"""`semgate bench NAME`: each benchmark in bench/, run with --quick and --out alike."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import NamedTuple
+
+
+class Bench(NamedTuple):
+    help: str
+    module: str  # in bench/, imported only when it runs (several import torch)
+    function: str
+
+
+BENCHES = {
+    "engine": Bench("the engine against Hugging Face transformers", "engine_bench",
+                    "run_engine_bench"),
+    "spec": Bench("speculative decoding on against off", "spec_bench", "run_spec_bench"),
+    "quality": Bench("perplexity and greedy agreement of each weight mode", "quality_bench",
+                     "run_quality_bench"),
+    "quant": Bench("decode speed of each weight mode against llama.cpp", "quant_bench",
+                   "run_quant_bench"),
+    "cache": Bench("cache lookup latency and throughput", "cache_bench", "run_cache_bench"),
+    "gateway": Bench("cache-hit latency and miss overhead over HTTP, against in-process",
+                     "gateway_bench", "run_gateway_bench"),
+}  # fmt: skip
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    bench = BENCHES[args.bench]
+    run = getattr(importlib.import_module(f"bench.{bench.module}"), bench.function)
+    extra = {"llama_server": args.llama_server} if args.bench == "quant" else {}
+    run(quick=args.quick, out_path=args.out, **extra)
+    return 0
+
+
+def add_bench_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    for name, spec in BENCHES.items():
+        one = bench_sub.add_parser(name, help=spec.help)
+        one.add_argument("--quick", action="store_true", help="a short smoke run")
+        one.add_argument(
+            "--out", type=Path, default=Path(f"bench-results/{name}.json"), help="JSON report"
+        )
+        one.set_defaults(func=cmd_bench)
+        if name == "quant":
+            one.add_argument(
+                "--llama-server",
+                type=Path,
+                default=None,
+                help="llama-server binary (default: $LLAMA_SERVER, PATH, .venv/llama.cpp/bin; "
+                "scripts/build-llama-server builds one)",
+            )
