@@ -6,7 +6,6 @@ import argparse
 import faulthandler
 import signal
 import socket
-from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,12 +14,12 @@ if TYPE_CHECKING:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    from gateway.settings import Settings, parse_pairs
+    from gateway.settings import FLAT_SETTINGS, Settings, parse_pairs
 
-    # Flags named like a setting pass straight through (None: not given); the
-    # rest are spelled for the command line.
+    # Flags named like a setting (the engine's too) pass straight through (None: not
+    # given); the rest are spelled for the command line.
     given = vars(args)
-    direct = {f.name: given[f.name] for f in fields(Settings) if f.name in given}
+    direct = {name: given[name] for name in FLAT_SETTINGS if name in given}
     return Settings.load(
         args.config,
         **direct,

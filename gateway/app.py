@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
+from gateway.auth import api_key_guard
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.metrics import count_response
 from gateway.openapi_docs import swagger_assets, swagger_ui
@@ -40,9 +41,15 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
         finally:
             await runtime.close()
 
+    # The OpenAI API: every route needs an API key (or none, on the open gateway).
+    v1 = Router(
+        path="/v1",
+        guards=[api_key_guard],
+        security=[{"ApiKey": []}],
+        route_handlers=[chat_completions, list_models, get_model],
+    )
     return Litestar(
-        route_handlers=[chat_completions, list_models, get_model, admin_router, health, ready,
-                        metrics, swagger_assets()],
+        route_handlers=[v1, admin_router, health, ready, metrics, swagger_assets()],
         lifespan=[lifespan],
         state=State({"runtime": runtime}),
         dependencies={

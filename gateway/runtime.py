@@ -19,7 +19,6 @@ from typing import Literal
 from cache import CachePolicy, CacheRuntime, SemanticCache, Thresholds
 from cache.shared_admin import SharedAdmin
 from cache.supervisor import RedisSupervisor
-from engine import EngineConfig
 from gateway.auth import Keyring
 from gateway.completions import ChatService
 from gateway.errors import APIError
@@ -38,20 +37,8 @@ def build_upstream(settings: Settings) -> Upstream:
         return HttpUpstream(
             settings.upstreams, timeout=settings.upstream_timeout, api_key=settings.upstream_api_key
         )
-    config = EngineConfig(
-        model=settings.model,
-        max_model_len=settings.max_model_len,
-        max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        enable_chunked_prefill=settings.chunked_prefill,
-        enable_prefix_caching=settings.prefix_caching,
-        spec_method=settings.spec_method,
-        num_spec_tokens=settings.num_spec_tokens,
-        spec_draft_model=settings.spec_draft_model,
-        num_threads=settings.num_threads,
-        quantization=settings.quantization,
-    )
-    return InProcessEngine(config, max_waiting=settings.max_waiting)
+    engine = settings.engine
+    return InProcessEngine(engine.config(), max_waiting=engine.max_waiting)
 
 
 class Runtime:
@@ -69,9 +56,9 @@ class Runtime:
             self.cache_health,
             self.upstream.health,
         )
-        # Early starts are cheap to abort in-process; against remote upstreams every hit
-        # would cost them a request.
-        early = settings.early_start and isinstance(self.upstream, InProcessEngine)
+        # Early starts only where a hit aborts them cheaply: against remote upstreams
+        # every hit would cost them a request.
+        early = settings.early_start and self.upstream.cheap_abort
         # Replicas can only share an external Redis: an embedded one is this process's.
         shared = settings.redis_url is not None
         self.chat = ChatService(self.upstream, None, self.metrics, early, shared)
@@ -117,11 +104,8 @@ class Runtime:
         )
 
     def waiting_for(self) -> str:
-        if isinstance(self.upstream, InProcessEngine):
-            what, engine_failure = "the model", self.upstream.failure
-        else:
-            what, engine_failure = "an upstream", None
-        failures = [f for f in (self.upstream_failure, engine_failure) if f]
+        what = self.upstream.awaited
+        failures = [f for f in (self.upstream_failure, self.upstream.failure) if f]
         return f"{what} ({'; '.join(failures)})" if failures else f"starting {what}"
 
     def announce(self) -> None:
@@ -150,8 +134,7 @@ class Runtime:
 
     async def _start_upstream(self) -> None:
         t0 = time.perf_counter()
-        local = isinstance(self.upstream, InProcessEngine)
-        what = "the model" if local else "the upstreams"
+        what = self.upstream.description
         log.info("loading %s: %s", what, ", ".join(self.upstream.models()) or "(listed on start)")
         try:
             await self.upstream.start()

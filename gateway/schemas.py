@@ -1,13 +1,23 @@
 """The OpenAI Chat Completions wire types, as msgspec Structs. Unknown request fields
-are ignored (msgspec's default), so newer SDKs keep working."""
+are ignored (msgspec's default), so newer SDKs keep working. Plain limits on request
+values are constraints (`msgspec.Meta`) on the fields: decoding checks them (a value out
+of range is a 400 naming the field, gateway/strict_json.py), and the OpenAPI document
+shows them."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
+
+from cache.store import MAX_TTL
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+MAX_STOP = 4
+MAX_SEED = 2**63 - 1
+StopSequence = Annotated[str, Meta(min_length=1)]
 
 
 class ContentPart(msgspec.Struct):
@@ -28,18 +38,19 @@ class StreamOptions(msgspec.Struct):
 class CacheOptions(msgspec.Struct, forbid_unknown_fields=True):
     """The gateway's own field (LiteLLM's spelling): how long to keep this answer."""
 
-    ttl: int | None = None  # seconds, 1 to 10 years; default: the server's cache TTL
+    # Seconds, 1 to 10 years; default: the server's cache TTL.
+    ttl: Annotated[int, Meta(ge=1, le=MAX_TTL)] | None = None
 
 
 class ChatCompletionRequest(msgspec.Struct):
     model: str
     messages: list[ChatMessage]
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    stop: str | list[str] | None = None
-    seed: int | None = None
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Meta(ge=1)] | None = None
+    stop: StopSequence | Annotated[list[StopSequence], Meta(max_length=MAX_STOP)] | None = None
+    seed: Annotated[int, Meta(ge=0, le=MAX_SEED)] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = None

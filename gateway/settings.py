@@ -1,6 +1,10 @@
 """Gateway settings: defaults, then a TOML config file, then SEMGATE_* environment
 variables, then command-line flags (each overrides the one before).
 
+The in-process engine's settings are one section, `Settings.engine` (the config file's
+`[engine]` table); flags, SEMGATE_* variables and the config file's top level name them
+flat, as they name the others (`--max-num-seqs`, SEMGATE_MAX_NUM_SEQS, `max_num_seqs`).
+
 API keys map to tenants: `[keys]` in the config file (`"sk-..." = "tenant"`) or
 SEMGATE_API_KEYS="sk-a:tenant-a,sk-b:tenant-b". No keys: chat is open and every
 request is tenant "default".
@@ -10,13 +14,18 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from cache import DEFAULT_THRESHOLD, Thresholds
 from cache.store import check_ttl
-from engine.config import DEFAULT_MODEL, DEFAULT_NUM_SPEC_TOKENS, QUANTIZATION_CHOICES
+from engine.config import (
+    DEFAULT_MODEL,
+    DEFAULT_NUM_SPEC_TOKENS,
+    QUANTIZATION_CHOICES,
+    EngineConfig,
+)
 
 RATE_UNITS = ("second", "minute", "hour", "day")
 
@@ -27,10 +36,9 @@ def default_data_dir() -> Path:
 
 
 @dataclass
-class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    # Engine (in-process unless upstreams are given).
+class EngineSettings:
+    """The in-process engine (unused when upstreams are given)."""
+
     model: str = DEFAULT_MODEL
     max_model_len: int | None = None
     max_num_seqs: int = 64
@@ -44,6 +52,35 @@ class Settings:
     quantization: str = "auto"  # "auto" (int4 on CPU) | "none" | "int8" | "int4"
     # Requests allowed to wait for a free engine slot; past it, 429 with Retry-After.
     max_waiting: int = 256
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be >= 1")
+        if self.max_waiting < 0:
+            raise ValueError("max_waiting must be >= 0")
+        if self.quantization not in QUANTIZATION_CHOICES:
+            raise ValueError(
+                f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}, "
+                f"not {self.quantization!r}"
+            )
+
+    def config(self) -> EngineConfig:
+        """The engine's configuration (which resolves the model and checks the rest)."""
+        values = asdict(self)
+        del values["max_waiting"]  # the gateway's admission limit, not the engine's
+        return EngineConfig(
+            enable_chunked_prefill=values.pop("chunked_prefill"),
+            enable_prefix_caching=values.pop("prefix_caching"),
+            **values,
+        )
+
+
+@dataclass
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    # Remote OpenAI-compatible servers that answer misses instead of the engine.
     upstreams: list[str] = field(default_factory=list)
     upstream_timeout: float = 600.0
     upstream_api_key: str | None = field(default=None, repr=False)  # sent to the upstreams
@@ -75,17 +112,10 @@ class Settings:
             raise ValueError(f"log_format must be text or json, not {self.log_format!r}")
         parse_rate(self.rate_limit)  # validate early
         parse_rate(self.admin_rate_limit)
-        for name in ("max_num_seqs", "max_body_bytes", "port"):
+        for name in ("max_body_bytes", "port"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.max_waiting < 0:
-            raise ValueError("max_waiting must be >= 0")
         check_ttl(self.cache_ttl, "cache_ttl")
-        if self.quantization not in QUANTIZATION_CHOICES:
-            raise ValueError(
-                f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}, "
-                f"not {self.quantization!r}"
-            )
         if any(not key or not tenant for key, tenant in self.api_keys.items()):
             raise ValueError("API keys and tenant names must be non-empty")
         self.upstreams = [u.rstrip("/") for u in self.upstreams if u.strip()]
@@ -96,7 +126,7 @@ class Settings:
         admits (a store, or a replica's shared flight followed, holds one a while) and as
         many again as run at once for lookups. Past it a request waits for a connection,
         within its lookup's budget."""
-        return 2 * self.max_num_seqs + self.max_waiting
+        return 2 * self.engine.max_num_seqs + self.engine.max_waiting
 
     @classmethod
     def load(
@@ -105,19 +135,31 @@ class Settings:
         env: dict[str, str] | None = None,
         **overrides: Any,
     ) -> Settings:
-        """Defaults < config file < environment < overrides (None overrides are ignored)."""
+        """Defaults < config file < environment < overrides (None overrides are ignored),
+        every setting by its flat name (FLAT_SETTINGS), the engine's too."""
         values: dict[str, Any] = {}
         if config_file is not None:
             values.update(_read_config_file(config_file))
         values.update(_from_env(os.environ if env is None else env))
         values.update({k: v for k, v in overrides.items() if v is not None})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - set(FLAT_SETTINGS))
         if unknown:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
         if "redis_data_dir" in values:
             values["redis_data_dir"] = Path(values["redis_data_dir"]).expanduser()
-        return cls(**values)
+        engine = {name: values.pop(name) for name in ENGINE_SETTINGS if name in values}
+        return cls(engine=EngineSettings(**engine), **values)
+
+
+ENGINE_SETTINGS = frozenset(f.name for f in fields(EngineSettings))
+# Each setting's type by the flat name that flags, SEMGATE_* and the config file's top
+# level give it: the engine's beside the others.
+FLAT_SETTINGS: dict[str, Any] = {
+    name: hint
+    for cls in (Settings, EngineSettings)
+    for name, hint in get_type_hints(cls).items()
+    if name != "engine"
+}
 
 
 def parse_rate(text: str | None) -> tuple[str, int] | None:
@@ -139,7 +181,18 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise ValueError(f"cannot read config file {path}: {exc}") from exc
     if "keys" in data:
         data["api_keys"] = data.pop("keys")
-    return data
+    # The engine's settings in an [engine] table, or flat at the top level (as before
+    # the table), but not both ways at once.
+    engine = data.pop("engine", {})
+    if not isinstance(engine, dict):
+        raise ValueError(f"config file {path}: `engine` must be a table ([engine])")
+    if unknown := sorted(set(engine) - ENGINE_SETTINGS):
+        raise ValueError(f"config file {path}: unknown [engine] setting(s): {', '.join(unknown)}")
+    if twice := sorted(set(engine) & set(data)):
+        raise ValueError(
+            f"config file {path}: {', '.join(twice)} set both in [engine] and at the top level"
+        )
+    return {**data, **engine}
 
 
 def parse_pairs(text: str, what: str) -> dict[str, str]:
@@ -168,7 +221,7 @@ def _from_env(env: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if env.get("REDIS_URL"):
         out["redis_url"] = env["REDIS_URL"]
-    for name, hint in get_type_hints(Settings).items():
+    for name, hint in FLAT_SETTINGS.items():
         if get_origin(hint) in (list, dict):
             continue  # spelled below
         kinds = [k for k in get_args(hint) or (hint,) if k is not type(None)]

@@ -27,6 +27,9 @@ T = TypeVar("T")
 
 # msgspec's validation messages end with the JSON path: "... - at `$.messages[0].role`".
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
+# A value of the right type outside a field's constraints (schemas.py): "Expected `float`
+# <= 2.0", "Expected `array` of length <= 4". A wrong type reads "Expected `float`, got ...".
+_CONSTRAINT = re.compile(r"^Expected `[^`]+` (?:[<>]=? |of length |matching |that's )")
 
 
 def decode_strict(body: bytes, model: type[T]) -> T:
@@ -35,11 +38,14 @@ def decode_strict(body: bytes, model: type[T]) -> T:
         raise APIError(400, "the request needs a JSON body", code="missing_body")
     try:
         return msgspec.json.decode(body, type=model, strict=True)
-    except msgspec.ValidationError as exc:  # valid JSON of the wrong shape or type
+    except msgspec.ValidationError as exc:  # valid JSON of the wrong shape, type or value
         message = str(exc)
         match = _PATH.search(message)
         param = match.group(1) if match else None
-        raise APIError(422, f"invalid request: {message}", param=param or None) from None
+        # A value out of range is a 400, as the gateway refuses bad values; a wrong type
+        # or a missing field is a 422.
+        status = 400 if _CONSTRAINT.match(message) else 422
+        raise APIError(status, f"invalid request: {message}", param=param or None) from None
     except msgspec.DecodeError as exc:
         raise APIError(400, f"could not parse the JSON body: {exc}", code="invalid_json") from None
     except UnicodeDecodeError:

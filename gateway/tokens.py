@@ -1,17 +1,17 @@
 """Token counts, as the gateway's own model would count them, for text the model did not
 produce: answers seeded into the cache, and the prompts of cache hits.
 
-Only the in-process engine's tokenizer is at hand; for a model served by remote
-upstreams there is no counter, and callers treat the counts as unknown."""
+Only the tokenizer of a model the gateway runs itself is at hand (`Upstream.tokenizer`);
+for a model served by remote upstreams there is no counter, and callers treat the counts
+as unknown."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from engine.tokenizer import Tokenizer
-from gateway.errors import APIError
 from gateway.off_loop import run_sized
-from gateway.upstream import InProcessEngine, Upstream
+from gateway.upstream import Upstream
 
 
 class TokenCounter:
@@ -37,10 +37,7 @@ class TokenCounter:
 
 
 def token_counter(upstream: Upstream, model: str) -> TokenCounter | None:
-    """A counter for `model` if this gateway runs it in-process, else None; 503 while
-    that model is still loading (chat waits for it too)."""
-    if not isinstance(upstream, InProcessEngine) or model != upstream.model_id:
-        return None
-    if upstream.llm is None:
-        raise APIError(503, "the model is still loading", "service_unavailable", retry_after=2)
-    return TokenCounter(upstream.llm.tokenizer)
+    """A counter for `model` if this gateway runs it itself, else None; 503 while that
+    model is still loading (chat waits for it too)."""
+    tokenizer = upstream.tokenizer(model)
+    return None if tokenizer is None else TokenCounter(tokenizer)

@@ -1,4 +1,5 @@
-"""POST /v1/chat/completions: JSON or SSE, with the cache status in the headers."""
+"""POST /v1/chat/completions (on the /v1 router, gateway/app.py): JSON or SSE, with the
+cache status in the headers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from litestar import Request, Response, post
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent
 
-from gateway.auth import api_key_guard
 from gateway.completions import Answer, CacheDirectives, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import APIError
@@ -91,14 +91,12 @@ async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
 
 
 @post(
-    "/v1/chat/completions",
+    "/chat/completions",
     status_code=200,
     summary="Create a chat completion (OpenAI-compatible)",
     description="Answers from the semantic cache when an equivalent question was answered "
     "before (X-Cache-Status: Hit), else from the engine. `stream: true` returns SSE chunks.",
     tags=["chat"],
-    guards=[api_key_guard],
-    security=[{"ApiKey": []}],
     dto=StrictJSON[ChatCompletionRequest],
     return_dto=None,
     responses=CHAT_RESPONSES,
@@ -117,7 +115,7 @@ async def chat_completions(
     ),
 ) -> Response[ChatCompletion] | ServerSentEvent:
     runtime.check_ready()  # never waits for Redis: uncached while it is down (fail open)
-    tenant: str = request.state.tenant  # set by api_key_guard
+    tenant: str = request.state.tenant  # set by api_key_guard (the /v1 router's)
     ttl = data.cache.ttl if data.cache is not None else None
     directives = CacheDirectives.parse(cache_control, ttl)
     # Until the response starts, a client that hangs up gets its work cancelled (queued,

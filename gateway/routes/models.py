@@ -1,10 +1,9 @@
-"""GET /v1/models and /v1/models/{id}."""
+"""GET /v1/models and /v1/models/{id} (on the /v1 router, gateway/app.py)."""
 
 from __future__ import annotations
 
 from litestar import get
 
-from gateway.auth import api_key_guard
 from gateway.errors import APIError
 from gateway.openapi_docs import error_responses
 from gateway.schemas import ModelCard, ModelList
@@ -12,11 +11,9 @@ from gateway.upstream import Upstream
 
 
 @get(
-    "/v1/models",
+    "/models",
     summary="List the served models",
     tags=["models"],
-    guards=[api_key_guard],
-    security=[{"ApiKey": []}],
     responses=error_responses(401, 429),
 )
 async def list_models(upstream: Upstream, started: int) -> ModelList:
@@ -24,11 +21,9 @@ async def list_models(upstream: Upstream, started: int) -> ModelList:
 
 
 @get(
-    "/v1/models/{model_id:path}",
+    "/models/{model_id:path}",
     summary="One served model",
     tags=["models"],
-    guards=[api_key_guard],
-    security=[{"ApiKey": []}],
     responses=error_responses(400, 401, 404, 429),
 )
 async def get_model(model_id: str, upstream: Upstream, started: int) -> ModelCard:

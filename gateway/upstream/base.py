@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from engine.tokenizer import Tokenizer
 from gateway.errors import APIError
 
 
@@ -74,12 +75,30 @@ class UpstreamError(APIError):
 
 @runtime_checkable  # Litestar checks injected values against the annotation
 class Upstream(Protocol):
+    # Whether starting a request and aborting it at once costs next to nothing (no
+    # remote request, no other server's work): then misses are started while the cache
+    # is asked, and a hit aborts them.
+    cheap_abort: bool
+    # What answers misses, as the start-up log names it ("the model", "the upstreams"),
+    # and what chat waits for until ready() ("the model", "an upstream").
+    description: str
+    awaited: str
+
     async def start(self) -> None:
         """Loads or connects; may take a while (the gateway is not ready until done)."""
 
     async def close(self) -> None: ...
 
     def ready(self) -> bool: ...
+
+    @property
+    def failure(self) -> str | None:
+        """Why it serves no more after it started (its engine process died); None if it
+        does, or may again (remote servers are probed until they answer)."""
+
+    def tokenizer(self, model: str) -> Tokenizer | None:
+        """`model`'s tokenizer where this gateway runs the model itself, else None (token
+        counts are then unknown). Raises UpstreamError (503) while that model loads."""
 
     def models(self) -> list[str]:
         """Model ids it serves; the first is the default."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from engine.tokenizer import Tokenizer
 from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
 from gateway.upstream.remote_load import UNKNOWN_LOAD, RemoteLoad, parse_load
 
@@ -48,6 +49,10 @@ class _Server:
 
 class HttpUpstream:
     """A round-robin pool of remote OpenAI-compatible servers."""
+
+    cheap_abort = False  # each request aborted on a hit would cost a server a request
+    description = "the upstreams"
+    awaited = "an upstream"  # any one healthy server will do
 
     def __init__(
         self,
@@ -98,6 +103,13 @@ class HttpUpstream:
         are all down stays listed: its requests get 503 (retry later), not 404."""
         ids = (m for s in self._servers for m in s.models)
         return list(dict.fromkeys(ids))
+
+    @property
+    def failure(self) -> str | None:
+        return None  # servers down are probed again; health() says why each is down
+
+    def tokenizer(self, model: str) -> Tokenizer | None:
+        return None  # the servers' tokenizers are theirs
 
     def gauges(self) -> EngineGauges | None:
         return None  # remote engines report their own /metrics

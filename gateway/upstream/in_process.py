@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncGenerator
 
 from engine import AsyncLLM, EngineConfig, SamplingParams
+from engine.tokenizer import Tokenizer
 from gateway.off_loop import run_sized
 from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
 
@@ -15,6 +16,10 @@ from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, U
 class InProcessEngine:
     """Keeps at most `max_waiting` requests queued for the engine (see `_admit`): past
     that a request gets 429 with Retry-After at once instead of waiting without bound."""
+
+    cheap_abort = True  # aborted on a hit, a request costs the engine the lookup's time
+    description = "the model"
+    awaited = "the model"
 
     def __init__(self, config: EngineConfig, max_waiting: int = 256) -> None:
         self.config = config
@@ -43,6 +48,15 @@ class InProcessEngine:
 
     def models(self) -> list[str]:
         return [self.model_id]
+
+    def tokenizer(self, model: str) -> Tokenizer | None:
+        if model != self.model_id:
+            return None
+        if self.llm is None:
+            raise UpstreamError(
+                503, "the model is still loading", "service_unavailable", retry_after=2
+            )
+        return self.llm.tokenizer
 
     @property
     def max_model_len(self) -> int:

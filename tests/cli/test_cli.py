@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cli.main import build_parser
-from gateway.settings import Settings
+from gateway.settings import EngineSettings, Settings
 
 
 def _semgate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -87,7 +87,7 @@ def test_every_command_is_described_and_every_option_says_its_default():
     serve = dict(_parsers(build_parser(), "semgate"))["semgate serve"]
     defaults = {
         f.name: f.default
-        for f in fields(Settings)
+        for f in (*fields(Settings), *fields(EngineSettings))
         if f.default not in (MISSING, None) and not isinstance(f.default, bool)
     }
     flags = [a for a in serve._actions if a.dest in defaults]

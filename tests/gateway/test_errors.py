@@ -9,6 +9,9 @@ import httpx
 import openai
 import pytest
 
+from gateway.errors import APIError
+from gateway.schemas import ChatCompletionRequest
+from gateway.strict_json import decode_strict
 from tests.gateway.conftest import ADMIN, ALICE, chat_body, messages
 from tests.gateway.servers import MODEL, Server, metric, wait_for_idle_engine
 
@@ -74,6 +77,43 @@ def test_malformed_and_mistyped_bodies(
 def test_values_the_engine_cannot_honour(http: httpx.Client, overrides: dict, param: str):
     response = http.post("/v1/chat/completions", json=chat_body("Hi", **overrides))
     assert assert_error(response, 400)["param"] == param
+
+
+@pytest.mark.parametrize(
+    ("fields", "status", "param"),
+    [
+        ('"temperature": 2.5', 400, "temperature"),
+        ('"temperature": -0.1', 400, "temperature"),
+        ('"top_p": 0', 400, "top_p"),
+        ('"top_p": 1.5', 400, "top_p"),
+        ('"max_tokens": 0', 400, "max_tokens"),
+        ('"max_completion_tokens": 0', 400, "max_completion_tokens"),
+        ('"seed": -1', 400, "seed"),
+        ('"seed": 18446744073709551616', 400, "seed"),
+        ('"stop": ""', 400, "stop"),
+        ('"stop": ["a", "b", "c", "d", "e"]', 400, "stop"),
+        ('"stop": ["a", ""]', 400, "stop[1]"),
+        ('"cache": {"ttl": 0}', 400, "cache.ttl"),
+        ('"temperature": "0.5"', 422, "temperature"),
+        ('"stop": 3', 422, "stop"),
+    ],
+)
+def test_values_out_of_range_are_400_and_wrong_types_422(fields: str, status: int, param: str):
+    """The request's limits are constraints on its fields, checked as the body is decoded."""
+    body = f'{{"model": "m", "messages": [], {fields}}}'.encode()
+    with pytest.raises(APIError) as refused:
+        decode_strict(body, ChatCompletionRequest)
+    assert (refused.value.status, refused.value.param) == (status, param)
+    assert refused.value.type == "invalid_request_error"
+
+
+def test_values_within_the_limits_are_decoded():
+    body = (
+        b'{"model": "m", "messages": [], "temperature": 0, "top_p": 1, "max_tokens": 1,'
+        b' "seed": 9223372036854775807, "stop": ["a", "b", "c", "d"], "cache": {"ttl": 1}}'
+    )
+    request = decode_strict(body, ChatCompletionRequest)
+    assert (request.temperature, request.top_p, request.stop) == (0, 1, ["a", "b", "c", "d"])
 
 
 def test_sdk_raises_the_matching_exceptions(alice: openai.OpenAI, gateway: Server):
@@ -222,6 +262,9 @@ def test_openapi_describes_what_the_server_sends(gateway: Server):
     assert "text/event-stream" in ok["content"]
     assert {"X-Cache-Status", "X-Cache-Similarity", "Age"} <= set(ok["headers"])
     assert "cache-control" in [p["name"] for p in chat["parameters"]]
+    limits = spec["components"]["schemas"]["ChatCompletionRequest"]["properties"]
+    assert limits["temperature"]["maximum"] == 2
+    assert limits["max_tokens"]["minimum"] == 1
     for status in ("400", "401", "404", "413", "422", "429", "503"):
         schema = chat["responses"][status]["content"]["application/json"]["schema"]
         assert schema["$ref"].endswith("/ErrorResponse"), status
