@@ -13,13 +13,15 @@ the numbers to trust, as each file was written apart from the others.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from bench.calibrate import Pair
+from bench.embedding_cache import embed_cached
 from cache.embedder import Embedder
 from cache.guard import Guard, features, weighed_overlap
 from cache.overlap import DEFAULT_CEILING, OverlapBar, WordOverlap
@@ -49,7 +51,7 @@ class HeldOutScore:
 
 def measure(pairs: Sequence[Pair], embedder: Embedder, guard: Guard) -> list[MeasuredPair]:
     texts = list(dict.fromkeys(t for p in pairs for t in (p.cached, p.query)))
-    vectors = dict(zip(texts, embedder.embed_many(texts), strict=True))
+    vectors = dict(zip(texts, embed_cached(embedder, texts), strict=True))
     return [
         MeasuredPair(
             label=p.label,
@@ -100,6 +102,12 @@ def fit_bar(
         per_sequence=round(float(-w_sequence / w_similarity), 3),
         ceiling=ceiling,
     )
+
+
+def bar_file(bar: OverlapBar, floor: float, target_precision: float, pairs: Sequence[str]) -> str:
+    """The JSON `overlap.read_bar` reads: the bar, and the inputs of the fit that gave it."""
+    fitted_on = {"pairs": list(pairs), "floor": floor, "target_precision": target_precision}
+    return json.dumps({"bar": asdict(bar), "fitted_on": fitted_on}, indent=2) + "\n"
 
 
 def score_pairs(rows: Sequence[MeasuredPair], floor: float, bar: OverlapBar | None) -> PairScore:

@@ -11,8 +11,9 @@ words and needs less. So a candidate must reach
 where `jaccard` is the share of distinct words in common and `sequence` the share of
 words in the same order (difflib's ratio over the two word lists), and never more
 than `ceiling`. The three weights come from a logistic regression over labelled
-pairs (`overlap_fit.py`, `semgate cache fit-overlap`), cut where the fitted
-precision reaches its target.
+pairs (`bench/overlap_fit.py`), cut where the fitted precision reaches its target:
+`semgate cache fit-overlap --write` writes them to `overlap_bar.json`, which this
+module loads.
 
 The ceiling is set by hand, not fitted. Most labelled sets were written with
 near-misses made by small edits and paraphrases made by rewording (only sets q and
@@ -27,7 +28,9 @@ recall.
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass
+from importlib.resources import files
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,13 @@ class OverlapBar:
         return min(rising, self.ceiling)
 
 
-# Fitted by `semgate cache fit-overlap --pairs data/cache_pairs*.jsonl`: every
-# labelled set, floor 0.60 (the default threshold), DEFAULT_TARGET_PRECISION.
-# tests/cache/test_overlap_fit.py refits and checks these numbers.
-DEFAULT_BAR = OverlapBar(base=0.387, per_jaccard=0.142, per_sequence=0.691)
+def read_bar(text: str) -> OverlapBar:
+    """The bar of a file `semgate cache fit-overlap --write` wrote (`"bar"`; beside it,
+    `"fitted_on"` records the fit's inputs: the labelled files, the floor and the target
+    precision)."""
+    return OverlapBar(**json.loads(text)["bar"])
+
+
+# Fitted by `semgate cache fit-overlap --pairs data/cache_pairs*.jsonl --write
+# cache/overlap_bar.json`; tests/bench/test_overlap_fit.py refits and checks it.
+DEFAULT_BAR = read_bar(files("cache").joinpath("overlap_bar.json").read_text(encoding="utf-8"))

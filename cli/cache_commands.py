@@ -92,7 +92,7 @@ def _print_report(r: CalibrationReport) -> None:
 
 def cmd_cache_fit_overlap(args: argparse.Namespace) -> int:
     from bench.calibrate import load_pairs
-    from bench.overlap_fit import fit_bar, held_out, measure
+    from bench.overlap_fit import bar_file, fit_bar, held_out, measure
     from cache import DEFAULT_THRESHOLD, Embedder, Guard
     from cache.overlap import DEFAULT_CEILING, DEFAULT_TARGET_PRECISION
 
@@ -111,6 +111,9 @@ def cmd_cache_fit_overlap(args: argparse.Namespace) -> int:
             embedder.close()
     rows = [r for rs in measured.values() for r in rs]
     bar = fit_bar(rows, floor, target, ceiling)
+    if args.write is not None:
+        args.write.write_text(bar_file(bar, floor, target, list(files)))
+        console.print(f"wrote the bar and the fit's inputs to {args.write}")
     scores = held_out(measured, floor, target, ceiling) if len(files) > 1 else []
     if args.json:
         print(json.dumps({"bar": asdict(bar), "held_out": [asdict(s) for s in scores]}, indent=2))
@@ -194,6 +197,14 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         default=None,
         help="the most similarity the bar asks for (default: DEFAULT_CEILING in "
         "cache/overlap.py, set by hand)",
+    )
+    fit.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="also write the bar and the fit's inputs to this file (the guard loads "
+        "cache/overlap_bar.json)",
     )
     fit.add_argument("--json", action="store_true", help="print the bar and scores as JSON")
     fit.set_defaults(func=cmd_cache_fit_overlap)

@@ -147,6 +147,16 @@ class BlockManager:
         while len(seq.block_table) > keep:
             self._release(seq.block_table.pop(), reuse_first=True)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forgets every cached block (vLLM's `reset_prefix_cache`). Only while no request
+        holds a block, since a running sequence's hashes name its blocks: False if one does."""
+        if self.num_free_blocks != self.num_blocks:
+            return False
+        self.cached.clear()
+        for block in self.blocks:
+            block.block_hash, block.token_ids = None, ()
+        return True
+
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Names seq's newly completed blocks so later requests can reuse them."""
         if not self.enable_prefix_caching:

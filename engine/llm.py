@@ -22,6 +22,7 @@ from engine.core_process import (
     start_engine_core,
 )
 from engine.llm_engine import LLMEngine, Prompt, prompt_token_ids
+from engine.loaded_model import LoadedModel
 from engine.loader import load_tokenizer
 from engine.metrics import EngineStats, RequestMetrics
 from engine.outputs import RequestOutput
@@ -43,8 +44,10 @@ def _per_prompt(params: SamplingParams | Sequence[SamplingParams], n: int) -> li
 class LLM:
     """Offline use: give it prompts, get finished outputs back in the same order."""
 
-    def __init__(self, config: EngineConfig | None = None, **kwargs: Any) -> None:
-        self.engine = LLMEngine(config or EngineConfig(**kwargs))
+    def __init__(
+        self, config: EngineConfig | None = None, model: LoadedModel | None = None, **kwargs: Any
+    ) -> None:
+        self.engine = LLMEngine(config or EngineConfig(**kwargs), model)
         self.tokenizer = self.engine.tokenizer
 
     def generate(
@@ -65,6 +68,10 @@ class LLM:
                 if out.finished:
                     final[out.request_id] = out
         return [final[s.request_id] for s in seqs]
+
+    def reset_prefix_cache(self) -> bool:
+        """Empties the prefix cache (between runs, as vLLM's LLM.reset_prefix_cache)."""
+        return self.engine.reset_prefix_cache()
 
     def chat(
         self,

@@ -11,9 +11,8 @@ import torch
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.kv_cache import BlockManager, kv_cache_bytes_per_block
-from engine.loader import load_model_files
+from engine.loaded_model import LoadedModel, load_model, model_key
 from engine.metrics import EngineStats
-from engine.model import CausalLM
 from engine.model_runner import ModelRunner
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
@@ -54,22 +53,21 @@ def prompt_token_ids(
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, model: LoadedModel | None = None) -> None:
+        """`model`: one already built for this config's model key (see loaded_model.py);
+        None loads it."""
         started = time.perf_counter()
         self.config = config
         self._claim_threads()
         device = torch.device(config.device)
-        model_config, weights, self.tokenizer = load_model_files(config.model_path)
+        if model is None:
+            model = load_model(config)
+        elif model.key != model_key(config):
+            raise ValueError(f"the model was built for {model.key}, not {model_key(config)}")
+        self.loaded = model  # another engine of the same model key may share it
+        model_config, self.tokenizer, self.model = model.config, model.tokenizer, model.model
         self.model_config = model_config
-        self.max_model_len = config.max_model_len or model_config.max_position_embeddings
-        self.model = CausalLM(
-            model_config,
-            weights,
-            self.max_model_len,
-            device,
-            config.torch_dtype,
-            config.quantization,
-        )
+        self.max_model_len = model.max_model_len
         num_blocks = config.num_kv_blocks or max(
             1,
             config.kv_cache_memory
@@ -174,6 +172,10 @@ class LLMEngine:
         seq = self.make_sequence(prompt, params, request_id, cache_salt)
         self.add_sequence(seq)
         return seq.request_id
+
+    def reset_prefix_cache(self) -> bool:
+        """Empties the prefix cache; False (and nothing changed) while requests run."""
+        return self.block_manager.reset_prefix_cache()
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()

@@ -11,20 +11,30 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from engine import LLM, EngineConfig
+from engine.loaded_model import LoadedModel, ModelKey, load_model, model_key
 
-# Redis, the embedder and the cache's event loop, shared by tests/cache and tests/bench.
-pytest_plugins = ["tests.cache.fixtures"]
+# Session resources more than one test directory uses: Redis, the embedder and the
+# cache's event loop (tests/cache, tests/bench); the gateway server (tests/gateway,
+# tests/loadtest).
+pytest_plugins = ["tests.cache.fixtures", "tests.gateway.fixtures"]
 
 
 @pytest.fixture(scope="session")
 def make_llm() -> Callable[..., LLM]:
-    """Builds (once per distinct config) an engine with config overrides."""
+    """Builds (once per distinct config) an engine with config overrides. Engines whose
+    configs build the same weights share them (engine/loaded_model.py): most variants
+    differ only in scheduling, and loading is most of an engine's start-up."""
     built: dict[tuple, LLM] = {}
+    models: dict[ModelKey, LoadedModel] = {}
 
     def make(**overrides: object) -> LLM:
         key = tuple(sorted(overrides.items()))
         if key not in built:
-            built[key] = LLM(EngineConfig(**overrides))
+            config = EngineConfig(**overrides)
+            weights = model_key(config)
+            if weights not in models:
+                models[weights] = load_model(config)
+            built[key] = LLM(config, models[weights])
         return built[key]
 
     return make

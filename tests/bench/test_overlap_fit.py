@@ -3,16 +3,18 @@ earns its place on files it was not fitted on."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from bench.calibrate import load_pairs
-from bench.overlap_fit import MeasuredPair, fit_bar, held_out, measure
+from bench.overlap_fit import MeasuredPair, bar_file, fit_bar, held_out, measure
 from cache import DEFAULT_THRESHOLD, Embedder, Guard
-from cache.overlap import DEFAULT_BAR, DEFAULT_TARGET_PRECISION
+from cache.overlap import DEFAULT_BAR, DEFAULT_TARGET_PRECISION, OverlapBar, read_bar
 
-DATA = Path(__file__).parents[2] / "data"
+ROOT = Path(__file__).parents[2]
+DATA = ROOT / "data"
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +32,26 @@ def test_the_shipped_bar_is_the_fit_of_the_labelled_sets(measured: dict[str, lis
     assert bar.base == pytest.approx(DEFAULT_BAR.base, abs=0.01)
     assert bar.per_jaccard == pytest.approx(DEFAULT_BAR.per_jaccard, abs=0.01)
     assert bar.per_sequence == pytest.approx(DEFAULT_BAR.per_sequence, abs=0.01)
+    assert bar.ceiling == DEFAULT_BAR.ceiling
+
+
+def test_the_shipped_bar_file_records_the_fit_refitted_above():
+    fitted_on = json.loads((ROOT / "cache" / "overlap_bar.json").read_text())["fitted_on"]
+    assert fitted_on["floor"] == DEFAULT_THRESHOLD
+    assert fitted_on["target_precision"] == DEFAULT_TARGET_PRECISION
+    labelled = {str(path.relative_to(ROOT)) for path in DATA.glob("cache_pairs*.jsonl")}
+    assert set(fitted_on["pairs"]) == labelled
+
+
+def test_a_written_bar_reads_back():
+    bar = OverlapBar(base=0.4, per_jaccard=0.1, per_sequence=0.7, ceiling=0.9)
+    text = bar_file(bar, floor=0.6, target_precision=0.98, pairs=["data/a.jsonl"])
+    assert read_bar(text) == bar
+    assert json.loads(text)["fitted_on"] == {
+        "pairs": ["data/a.jsonl"],
+        "floor": 0.6,
+        "target_precision": 0.98,
+    }
 
 
 def test_held_out_files_gain_precision_and_keep_recall(measured: dict[str, list[MeasuredPair]]):

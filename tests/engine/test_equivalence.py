@@ -43,20 +43,23 @@ def test_long_prompt_is_split_across_steps(make_llm):
 def test_prefix_caching_on_and_off(make_llm, alone):
     no_cache = make_llm(enable_prefix_caching=False)
     assert [o.token_ids for o in no_cache.generate(PROMPTS, GREEDY_64)] == alone
-    # A fresh engine: its first request has nothing cached, the repeat hits.
-    cached = make_llm(enable_prefix_caching=True, seed=1)
+    # An emptied cache: the first request has nothing cached, the repeat hits.
+    cached = make_llm()
+    assert cached.reset_prefix_cache()
+    hits_before = cached.engine.get_stats().prefix_cache_hits
     first = cached.generate(PROMPTS[-1], GREEDY_64)[0]
     again = cached.generate(PROMPTS[-1], GREEDY_64)[0]
     assert first.num_cached_tokens == 0
     assert again.num_cached_tokens >= 16
     stats = cached.engine.get_stats()
-    assert stats.prefix_cache_hits == again.num_cached_tokens
+    assert stats.prefix_cache_hits - hits_before == again.num_cached_tokens
     assert stats.num_running == stats.num_waiting == 0
     assert first.token_ids == again.token_ids == alone[-1]
 
 
 def test_shared_long_prefix_reuses_blocks_and_keeps_output(make_llm):
-    llm = make_llm(enable_prefix_caching=True, seed=2)
+    llm = make_llm()
+    assert llm.reset_prefix_cache()
     reference = make_llm(enable_prefix_caching=False)
     shared = "You are a careful assistant. " * 40
     prompts = [shared + "Question: what is 2 + 2?", shared + "Question: name a planet."]
@@ -76,7 +79,8 @@ def test_preemption_by_recompute_keeps_outputs(make_llm, alone):
 
 
 def test_cache_salt_shares_blocks_only_within_a_salt(make_llm):
-    engine = make_llm(enable_prefix_caching=True, seed=3).engine
+    engine = make_llm().engine
+    assert engine.reset_prefix_cache()
 
     def cached_tokens(salt: str | None) -> int:
         rid = engine.add_request(PROMPTS[-1], GREEDY_64, cache_salt=salt)

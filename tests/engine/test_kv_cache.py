@@ -85,3 +85,17 @@ def test_a_small_cache_starts_finite_even_on_reused_memory():
         del del_me
         caches = allocate_kv_cache(2, 4, 16, 3, 64, torch.float32, torch.device("cpu"))
         assert all(torch.isfinite(c).all() for c in caches)
+
+
+def test_reset_prefix_cache_only_when_no_request_holds_blocks(llm):
+    engine = llm.engine
+    greedy = SamplingParams(max_tokens=8, temperature=0.0)
+    llm.generate(PROMPTS[-1], greedy)  # its full blocks are cached now
+    engine.add_request(PROMPTS[0], greedy)
+    engine.step()
+    assert not engine.reset_prefix_cache()  # a running request holds blocks
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.reset_prefix_cache()
+    assert llm.generate(PROMPTS[-1], greedy)[0].num_cached_tokens == 0
+    assert llm.generate(PROMPTS[-1], greedy)[0].num_cached_tokens >= 16

@@ -73,3 +73,12 @@ def test_torch_dequantization_equals_gguf(kind):
     ours = TORCH_DEQUANTIZERS[qtype](torch.from_numpy(blocks.copy()))
     theirs = torch.from_numpy(np.ascontiguousarray(dequantize(blocks, qtype)))
     assert torch.equal(ours.reshape(theirs.shape), theirs)
+
+
+def test_engines_share_a_loaded_model_only_where_it_builds_the_same_weights(llm):
+    twin = LLM(EngineConfig(max_num_seqs=2, num_kv_blocks=512), llm.engine.loaded)
+    assert twin.engine.model is llm.engine.model
+    expected = llm.generate(PROMPTS[0], GREEDY_64)[0].token_ids
+    assert twin.generate(PROMPTS[0], GREEDY_64)[0].token_ids == expected
+    with pytest.raises(ValueError, match="built for"):
+        LLM(EngineConfig(quantization="int8"), llm.engine.loaded)

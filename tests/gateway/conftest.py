@@ -1,5 +1,5 @@
-"""One cache-on gateway (embedded Redis Stack, bundled model) per test session,
-with two tenants' API keys and a fixed admin key."""
+"""Clients of the session's gateway (tests/gateway/fixtures.py) as alice, bob and the
+admin, and the request helpers the HTTP tests share."""
 
 from __future__ import annotations
 
@@ -10,23 +10,28 @@ import httpx
 import openai
 import pytest
 
+from tests.gateway.fixtures import ADMIN, ALICE, BOB
 from tests.gateway.servers import MODEL, Server, serving
 
-ALICE, BOB, ADMIN = "sk-alice-test", "sk-bob-test", "sk-admin-test"
+# An engine server (`semgate serve --no-cache`): what tests of the gateway's upstream
+# mode put behind it. One thread, so that it and the gateway in front share the cores.
+MAX_MODEL_LEN = 512
+ENGINE_ARGS = ["--no-cache", "--num-threads", "1", "--max-model-len", str(MAX_MODEL_LEN)]
 
 
 @pytest.fixture(scope="session")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    redis_dir = tmp_path_factory.mktemp("gateway-redis")
-    server = Server(
-        [
-            "--redis-data-dir", str(redis_dir),
-            "--api-keys", f"{ALICE}:alice,{BOB}:bob",
-            "--admin-key", ADMIN,
-        ]
-    )  # fmt: skip
-    with serving(server):
+def engine_process() -> Iterator[Server]:
+    with serving(Server(ENGINE_ARGS)) as [server]:
         yield server
+
+
+@pytest.fixture(scope="module")
+def engine_server(engine_process: Server) -> Server:
+    """The session's engine server, up at the start of each module that uses it: a test
+    that kills it (the last of its module) leaves it to be started again here."""
+    if engine_process.proc is None or engine_process.proc.poll() is not None:
+        engine_process.start().wait_ready()
+    return engine_process
 
 
 @pytest.fixture(scope="session")

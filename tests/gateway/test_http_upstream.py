@@ -15,19 +15,17 @@ import pytest
 
 from gateway.upstream.base import ChatJob, Delta, UpstreamError
 from gateway.upstream.http import HttpUpstream
+from tests.gateway.conftest import ENGINE_ARGS, MAX_MODEL_LEN
 from tests.gateway.servers import MODEL, Server, free_port, metric, serving
-
-MAX_MODEL_LEN = 512
-ENGINE_ARGS = ["--no-cache", "--num-threads", "1", "--max-model-len", str(MAX_MODEL_LEN)]
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[list[Server]]:
-    """Two engine servers, loading their models at the same time. The second one
-    speculates (n-gram lookup): lossless, so both must give the same greedy answers."""
+def servers(engine_server: Server) -> Iterator[list[Server]]:
+    """The session's engine server and one that speculates (n-gram lookup): lossless,
+    so both must give the same greedy answers."""
     spec = ["--spec-method", "ngram", "--num-spec-tokens", "4"]
-    with serving(Server(ENGINE_ARGS), Server(ENGINE_ARGS + spec)) as pair:
-        yield pair
+    with serving(Server(ENGINE_ARGS + spec)) as [speculating]:
+        yield [engine_server, speculating]
 
 
 @contextlib.asynccontextmanager

@@ -1,5 +1,6 @@
 """`semgate serve --upstream`: a cache-on gateway in front of a real engine server
-(`semgate serve --no-cache`), over real HTTP on both hops."""
+(`semgate serve --no-cache`, the session's: tests/gateway/conftest.py), over real HTTP
+on both hops."""
 
 from __future__ import annotations
 
@@ -17,9 +18,8 @@ from tests.gateway.servers import MODEL, Server, metric, serving
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Server]:
-    with serving(Server(["--no-cache", "--num-threads", "1"])) as [server]:
-        yield server
+def engine(engine_server: Server) -> Server:
+    return engine_server
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +74,8 @@ def test_upstream_refusals_keep_their_status(front: Server):
 
 
 def test_engine_dying_mid_stream_is_an_error_event_not_a_truncation(front: Server, engine: Server):
-    """Runs last: it kills the module's engine server."""
-    body = chat_body("Tell a story.", stream=True, max_tokens=1000, ignore_eos=True)
+    """Runs last: it kills the engine server (the next module to use it starts it again)."""
+    body = chat_body("Tell a story.", stream=True, max_tokens=400, ignore_eos=True)
     headers = {"Cache-Control": "no-store"}
     with httpx.stream(
         "POST", front.url + "/v1/chat/completions", json=body, headers=headers, timeout=60

@@ -1,22 +1,12 @@
-"""One real gateway (cache on, fresh embedded Redis, bundled model) for the load tests,
-and their workloads, built once."""
+"""The load tests' workloads, built once. They run against the session's gateway
+(tests/gateway/fixtures.py) as the `loadtest` tenant, a cache partition of their own."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 
 from loadtest.work_item import WorkItem, WorkloadOptions
 from loadtest.workload import build_workload
-from tests.gateway.servers import Server, serving
-
-
-@pytest.fixture(scope="session")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    redis_dir = tmp_path_factory.mktemp("loadtest-redis")
-    with serving(Server(["--redis-data-dir", str(redis_dir), "--num-threads", "1"])) as servers:
-        yield servers[0]
 
 
 @pytest.fixture(scope="session")

@@ -15,12 +15,13 @@ from loadtest.schedule import poisson_arrivals
 from loadtest.summary import summarize
 from loadtest.tokens import load_tokenizer
 from loadtest.work_item import WorkItem
+from tests.gateway.fixtures import LOADTEST
 from tests.gateway.servers import MODEL, Server
 
 
 @pytest.fixture(scope="module")
 def endpoint(gateway: Server) -> Endpoint:
-    return Endpoint(Endpoint.chat_url(gateway.url), MODEL, timeout=120)
+    return Endpoint(Endpoint.chat_url(gateway.url), MODEL, api_key=LOADTEST, timeout=120)
 
 
 def _run(endpoint: Endpoint, items: list[WorkItem], shape: LoadShape) -> RunResult:
@@ -119,7 +120,9 @@ def test_open_loop_stops_at_the_duration(endpoint: Endpoint, sharegpt: list[Work
 
 
 def test_errors_are_recorded_by_kind(gateway: Server, sharegpt: list[WorkItem]) -> None:
-    wrong_model = Endpoint(Endpoint.chat_url(gateway.url), "no-such-model", timeout=60)
+    wrong_model = Endpoint(
+        Endpoint.chat_url(gateway.url), "no-such-model", api_key=LOADTEST, timeout=60
+    )
     closed_port = Endpoint(Endpoint.chat_url(f"http://127.0.0.1:{free_port()}"), MODEL)
     shape = LoadShape(concurrency=1)
     records = [r for e in (wrong_model, closed_port) for r in _run(e, sharegpt[:1], shape).records]

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from cli.main import main
+from tests.gateway.fixtures import LOADTEST
 from tests.gateway.servers import Server
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -13,7 +14,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def test_run_writes_results_report_and_plots(gateway: Server, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    args = ["loadtest", "run", "--url", gateway.url + "/v1", "--workload", "mixed"]
+    args = ["loadtest", "run", "--url", gateway.url + "/v1", "--api-key", LOADTEST]
+    args += ["--workload", "mixed"]
     args += ["--num-requests", "3", "--concurrency", "3", "--long-fraction", "0.34"]
     args += ["--rag-tokens", "1024", "1100", "--max-output-tokens", "8", "--seed", "3"]
     assert main([*args, "--out", str(out)]) == 0

@@ -1,0 +1,29 @@
+"""One cache-on gateway (embedded Redis Stack, bundled model) per test session, with
+three tenants' API keys (alice and bob for tests/gateway, loadtest for tests/loadtest:
+each tenant is its own cache partition) and a fixed admin key. A plugin of the root
+conftest, so every test directory shares the one server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.gateway.servers import Server, serving
+
+ALICE, BOB, ADMIN = "sk-alice-test", "sk-bob-test", "sk-admin-test"
+LOADTEST = "sk-loadtest-test"
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    redis_dir = tmp_path_factory.mktemp("gateway-redis")
+    server = Server(
+        [
+            "--redis-data-dir", str(redis_dir),
+            "--api-keys", f"{ALICE}:alice,{BOB}:bob,{LOADTEST}:loadtest",
+            "--admin-key", ADMIN,
+        ]
+    )  # fmt: skip
+    with serving(server):
+        yield server
