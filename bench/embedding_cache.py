@@ -4,8 +4,7 @@ a set is embedded once per embedder and content, then read back.
 
 Keyed by the embedder's model id and a hash of the texts in order (a file's content
 when the texts are a labelled file's questions): an edited file or another embedder
-misses. The directory is $SEMGATE_CACHE_DIR, else $XDG_CACHE_HOME/semgate, else
-~/.cache/semgate."""
+misses. Kept under engine.config.cache_dir()."""
 
 from __future__ import annotations
 
@@ -13,18 +12,11 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from cache.embedder import Embedder
-
-
-def cache_dir() -> Path:
-    if explicit := os.environ.get("SEMGATE_CACHE_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "semgate"
+from engine.config import cache_dir
 
 
 def embed_cached(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:

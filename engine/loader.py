@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 from safetensors import safe_open
 
+from engine.gguf_index import GGUFTensor, read_gguf
 from engine.model import ModelConfig
 from engine.tokenizer import Tokenizer
 
@@ -73,22 +74,6 @@ _HF_LAYER = {
 Weights = dict[str, torch.Tensor]
 
 
-class _GGUFReader(GGUFReader):
-    """GGUFReader over a plain ndarray view of its memmap.
-
-    Slicing a np.memmap runs memmap.__array_finalize__ on every view; the reader
-    takes ~10^6 views to parse a 49k-token vocabulary, which triples its time.
-    """
-
-    @property
-    def data(self) -> np.ndarray:
-        return self._data
-
-    @data.setter
-    def data(self, value: np.ndarray) -> None:
-        self._data = value.view(np.ndarray)
-
-
 def _unpermute(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     # llama.cpp's converter interleaves each head's two RoPE halves row-wise
     # (HF rotates first half against second half); put the rows back.
@@ -98,7 +83,7 @@ def _unpermute(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     )
 
 
-def _dequantize(tensor: Any) -> torch.Tensor:
+def _dequantize(tensor: GGUFTensor) -> torch.Tensor:
     if tensor.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
         flat = torch.from_numpy(np.array(tensor.data, dtype=np.float32))  # a copy: read-only map
     elif tensor.tensor_type in TORCH_DEQUANTIZERS:
@@ -155,13 +140,8 @@ def _rename(name: str, global_map: dict[str, str], layer_map: dict[str, str], pr
     return ""
 
 
-def _gguf_metadata(reader: GGUFReader) -> dict[str, Any]:
-    return {name: field.contents() for name, field in reader.fields.items()}
-
-
 def load_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
-    reader = _GGUFReader(path)
-    meta = _gguf_metadata(reader)
+    meta, gguf_tensors = read_gguf(path)  # the parse is cached on disk: engine/gguf_index.py
     arch = meta["general.architecture"]
     if arch not in _SUPPORTED_ARCHS:
         raise ValueError(f"unsupported architecture {arch!r} in {path.name}")
@@ -181,7 +161,7 @@ def load_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
         rope_theta=meta.get(f"{arch}.rope.freq_base", 10000.0),
         max_position_embeddings=meta.get(f"{arch}.context_length", 2048),
     )
-    named = [(_rename(t.name, _GGUF_GLOBAL, _GGUF_LAYER, "blk."), t) for t in reader.tensors]
+    named = [(_rename(t.name, _GGUF_GLOBAL, _GGUF_LAYER, "blk."), t) for t in gguf_tensors]
     # numpy and torch release the GIL inside dequantisation: one thread per core.
     with ThreadPoolExecutor() as pool:
         tensors = list(pool.map(_dequantize, [t for name, t in named if name]))
@@ -253,5 +233,5 @@ def load_model_files(path: Path) -> tuple[ModelConfig, Weights, Tokenizer]:
 def load_tokenizer(path: Path) -> Tokenizer:
     """The tokenizer alone, as load_model_files builds it; no weights are read."""
     if path.suffix == ".gguf":
-        return Tokenizer.from_gguf_metadata(_gguf_metadata(_GGUFReader(path)))
+        return Tokenizer.from_gguf_metadata(read_gguf(path).metadata)
     return _hf_tokenizer(path, _hf_config(path))

@@ -11,6 +11,9 @@ from engine.llm_engine import LLMEngine
 from engine.scheduler import ScheduledSequence
 
 GREEDY_64 = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True)
+# What the scheduling-invariance tests generate per prompt: each prompt runs alone
+# first, one decode step per token, so their cost is prompts x tokens steps.
+GREEDY_32 = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
 
 
 @pytest.fixture(scope="session")

@@ -5,27 +5,29 @@ from __future__ import annotations
 import pytest
 
 from engine import SamplingParams
-from tests.engine.conftest import GREEDY_64
+from tests.engine.conftest import GREEDY_32
 from tests.engine.prompts import PROMPTS
+
+pytestmark = pytest.mark.slow  # each prompt runs alone first
 
 
 @pytest.fixture(scope="module")
 def alone(llm) -> list[list[int]]:
     """Each prompt's greedy continuation, run on its own."""
-    return [llm.generate(p, GREEDY_64)[0].token_ids for p in PROMPTS]
+    return [llm.generate(p, GREEDY_32)[0].token_ids for p in PROMPTS]
 
 
 def test_alone_equals_inside_a_mixed_batch_of_16(llm, alone):
     batch = PROMPTS[:16]
     assert len({len(llm.tokenizer.encode(p)) for p in batch}) > 8  # mixed lengths
-    outputs = llm.generate(batch, GREEDY_64)
+    outputs = llm.generate(batch, GREEDY_32)
     assert [o.token_ids for o in outputs] == alone[:16]
 
 
 def test_chunked_prefill_on_and_off(make_llm, alone):
     for chunked in (True, False):
         llm = make_llm(enable_chunked_prefill=chunked, max_num_batched_tokens=24, max_num_seqs=16)
-        outputs = llm.generate(PROMPTS, GREEDY_64)
+        outputs = llm.generate(PROMPTS, GREEDY_32)
         assert [o.token_ids for o in outputs] == alone
 
 
@@ -42,13 +44,13 @@ def test_long_prompt_is_split_across_steps(make_llm):
 
 def test_prefix_caching_on_and_off(make_llm, alone):
     no_cache = make_llm(enable_prefix_caching=False)
-    assert [o.token_ids for o in no_cache.generate(PROMPTS, GREEDY_64)] == alone
+    assert [o.token_ids for o in no_cache.generate(PROMPTS, GREEDY_32)] == alone
     # An emptied cache: the first request has nothing cached, the repeat hits.
     cached = make_llm()
     assert cached.reset_prefix_cache()
     hits_before = cached.engine.get_stats().prefix_cache_hits
-    first = cached.generate(PROMPTS[-1], GREEDY_64)[0]
-    again = cached.generate(PROMPTS[-1], GREEDY_64)[0]
+    first = cached.generate(PROMPTS[-1], GREEDY_32)[0]
+    again = cached.generate(PROMPTS[-1], GREEDY_32)[0]
     assert first.num_cached_tokens == 0
     assert again.num_cached_tokens >= 16
     stats = cached.engine.get_stats()
@@ -63,16 +65,16 @@ def test_shared_long_prefix_reuses_blocks_and_keeps_output(make_llm):
     reference = make_llm(enable_prefix_caching=False)
     shared = "You are a careful assistant. " * 40
     prompts = [shared + "Question: what is 2 + 2?", shared + "Question: name a planet."]
-    first, second = (llm.generate(p, GREEDY_64)[0] for p in prompts)
+    first, second = (llm.generate(p, GREEDY_32)[0] for p in prompts)
     assert second.num_cached_tokens >= 15 * 16
-    expected = [o.token_ids for o in reference.generate(prompts, GREEDY_64)]
+    expected = [o.token_ids for o in reference.generate(prompts, GREEDY_32)]
     assert [first.token_ids, second.token_ids] == expected
 
 
 def test_preemption_by_recompute_keeps_outputs(make_llm, alone):
-    # 24 blocks of 16 tokens cannot hold 16 requests of ~80 tokens each.
+    # 24 blocks of 16 tokens cannot hold 16 requests of ~45 tokens (3 blocks) each.
     llm = make_llm(num_kv_blocks=24, max_model_len=256)
-    outputs = llm.generate(PROMPTS[:16], GREEDY_64)
+    outputs = llm.generate(PROMPTS[:16], GREEDY_32)
     assert llm.engine.scheduler.num_preemptions > 0
     assert [o.token_ids for o in outputs] == alone[:16]
     assert llm.engine.block_manager.num_free_blocks == 24
@@ -83,7 +85,7 @@ def test_cache_salt_shares_blocks_only_within_a_salt(make_llm):
     assert engine.reset_prefix_cache()
 
     def cached_tokens(salt: str | None) -> int:
-        rid = engine.add_request(PROMPTS[-1], GREEDY_64, cache_salt=salt)
+        rid = engine.add_request(PROMPTS[-1], GREEDY_32, cache_salt=salt)
         while engine.has_unfinished():
             for out in engine.step():
                 if out.request_id == rid and out.finished:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.conftest import GREEDY_64
+from tests.engine.conftest import GREEDY_32
 from tests.engine.prompts import PROMPTS
 from tests.engine.test_spec import GREEDY, MIXED
+
+pytestmark = pytest.mark.slow  # each prompt runs alone first, in two slower weight modes
 
 BATCH = PROMPTS[:12]
 
@@ -21,20 +23,20 @@ def mode(request) -> str | None:
 @pytest.fixture(scope="module")
 def alone(make_llm, mode) -> list[list[int]]:
     llm = make_llm(quantization=mode, enable_prefix_caching=False)
-    return [llm.generate(p, GREEDY_64)[0].token_ids for p in BATCH]
+    return [llm.generate(p, GREEDY_32)[0].token_ids for p in BATCH]
 
 
 def test_batched_and_chunked_equal_alone(make_llm, mode, alone):
     llm = make_llm(quantization=mode, enable_prefix_caching=False)
-    assert [o.token_ids for o in llm.generate(BATCH, GREEDY_64)] == alone
+    assert [o.token_ids for o in llm.generate(BATCH, GREEDY_32)] == alone
     chunked = make_llm(quantization=mode, max_num_batched_tokens=24, max_num_seqs=16)
-    assert [o.token_ids for o in chunked.generate(BATCH, GREEDY_64)] == alone
+    assert [o.token_ids for o in chunked.generate(BATCH, GREEDY_32)] == alone
 
 
 def test_a_prefix_cache_hit_keeps_the_output(make_llm, mode, alone):
     llm = make_llm(quantization=mode, max_num_batched_tokens=24, max_num_seqs=16)
-    first = llm.generate(BATCH[-1], GREEDY_64)[0]
-    again = llm.generate(BATCH[-1], GREEDY_64)[0]
+    first = llm.generate(BATCH[-1], GREEDY_32)[0]
+    again = llm.generate(BATCH[-1], GREEDY_32)[0]
     assert again.num_cached_tokens >= 16
     assert first.token_ids == again.token_ids == alone[-1]
 

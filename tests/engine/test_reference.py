@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from engine import SamplingParams
 from tests.engine.conftest import first_step_logits
 from tests.engine.prompts import PROMPTS
+
+pytestmark = pytest.mark.slow  # loads transformers' own model
 
 
 def test_tokenizer_matches_transformers(llm, hf_reference):
@@ -52,12 +55,25 @@ def test_first_step_logits_match_transformers(float32_llm, hf_reference):
 
 
 def test_greedy_continuations_match_transformers(float32_llm, hf_reference):
+    """Every prompt's 64 greedy tokens, or up to its EOS. transformers runs all prompts
+    as one left-padded batch (its attention mask hides the padding; the tokens are the
+    same as one prompt at a time, which takes 8x longer) and pads a finished row after
+    its EOS."""
     llm = float32_llm
     model, _ = hf_reference
     params = SamplingParams(max_tokens=64, temperature=0.0)
     token_ids = [llm.tokenizer.encode(p) for p in PROMPTS]
     outputs = llm.generate(token_ids, params)
-    for ids, out in zip(token_ids, outputs, strict=True):
-        with torch.inference_mode():
-            ref = model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False)
-        assert out.token_ids == ref[0, len(ids) :].tolist(), llm.tokenizer.decode(ids)
+    width = max(len(ids) for ids in token_ids)
+    pad = model.generation_config.pad_token_id or 0
+    inputs = torch.tensor([[pad] * (width - len(ids)) + ids for ids in token_ids])
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in token_ids])
+    with torch.inference_mode():
+        generated = model.generate(
+            inputs, attention_mask=mask, max_new_tokens=64, do_sample=False, pad_token_id=pad
+        )
+    eos = llm.tokenizer.eos_token_ids
+    for ids, out, row in zip(token_ids, outputs, generated[:, width:].tolist(), strict=True):
+        ends = [i for i, token in enumerate(row) if token in eos]
+        expected = row[: ends[0] + 1] if ends else row
+        assert out.token_ids == expected, llm.tokenizer.decode(ids)

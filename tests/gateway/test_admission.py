@@ -14,6 +14,8 @@ import pytest
 from tests.gateway.conftest import chat_body
 from tests.gateway.servers import Server, metric, serving, wait_for_idle_engine
 
+pytestmark = pytest.mark.slow  # starts a server of its own
+
 KEY = "sk-admission"
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 MAX_WAITING = 4

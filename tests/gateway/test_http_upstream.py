@@ -18,6 +18,8 @@ from gateway.upstream.http import HttpUpstream
 from tests.gateway.conftest import ENGINE_ARGS, MAX_MODEL_LEN
 from tests.gateway.servers import MODEL, Server, free_port, metric, serving
 
+pytestmark = pytest.mark.slow  # starts a server of its own
+
 
 @pytest.fixture(scope="module")
 def servers(engine_server: Server) -> Iterator[list[Server]]:

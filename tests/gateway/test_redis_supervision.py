@@ -26,6 +26,8 @@ from cache.supervisor import RedisSupervisor
 from tests.gateway.conftest import ADMIN, chat_body, settle
 from tests.gateway.servers import Server, free_port, metric, serving
 
+pytestmark = pytest.mark.slow  # starts two servers of its own
+
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 
 

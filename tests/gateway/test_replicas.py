@@ -16,6 +16,8 @@ from cache import EmbeddedRedis
 from tests.gateway.conftest import ADMIN, chat_body, settle
 from tests.gateway.servers import Server, serving
 
+pytestmark = pytest.mark.slow  # starts two servers of its own
+
 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
