@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from cli.parser import fraction
+
 if TYPE_CHECKING:
     from bench.calibrate import CalibrationReport
 
@@ -160,12 +162,12 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     cal.add_argument("--json", action="store_true", help="print the report as JSON")
     cal.add_argument(
         "--threshold",
-        type=float,
+        type=fraction,
         default=None,
         help="similarity threshold to score (default: the configured one)",
     )
     cal.add_argument(
-        "--target-precision", type=float, default=0.95, help="the threshold to suggest keeps it"
+        "--target-precision", type=fraction, default=0.95, help="the threshold to suggest keeps it"
     )
     cal.set_defaults(func=cmd_cache_calibrate)
     fit = cache_sub.add_parser(
@@ -180,20 +182,20 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     )
     fit.add_argument(
         "--floor",
-        type=float,
+        type=fraction,
         default=None,
         help="the similarity threshold the bar sits above (default: the default threshold)",
     )
     fit.add_argument(
         "--target-precision",
-        type=float,
+        type=fraction,
         default=None,
         help="the precision the bar is fitted for (default: DEFAULT_TARGET_PRECISION in "
         "cache/overlap.py)",
     )
     fit.add_argument(
         "--ceiling",
-        type=float,
+        type=fraction,
         default=None,
         help="the most similarity the bar asks for (default: DEFAULT_CEILING in "
         "cache/overlap.py, set by hand)",

@@ -7,6 +7,18 @@ import argparse
 from typing import Any
 
 
+def fraction(text: str) -> float:
+    """An argparse type: a number in (0, 1] (a precision, a similarity), refused at once
+    rather than after minutes of measuring."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be in (0, 1]")
+    return value
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows a default wherever one is set. Options whose default is None (the serve
     flags, which the settings file and environment may also set) or a switch's False

@@ -72,6 +72,12 @@ def test_held_out_files_gain_precision_and_keep_recall(measured: dict[str, list[
     assert p_with >= 0.95 and r_with >= 0.7
 
 
+def test_an_unreachable_target_is_refused_readably(measured: dict[str, list[MeasuredPair]]):
+    rows = [r for rs in measured.values() for r in rs]
+    with pytest.raises(ValueError, match=r"no cut of these pairs reaches precision 1\.5"):
+        fit_bar(rows, floor=DEFAULT_THRESHOLD, target_precision=1.5)
+
+
 def test_fitting_needs_both_labels(measured: dict[str, list[MeasuredPair]]):
     only_paraphrases = [r for rs in measured.values() for r in rs if r.label == 1]
     with pytest.raises(ValueError, match="both labels"):

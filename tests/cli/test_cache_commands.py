@@ -69,7 +69,7 @@ def test_fit_overlap_prints_the_bar_and_each_file_held_out():
         assert score["with_bar"]["false_hits"] <= score["without_bar"]["false_hits"]
 
 
-def test_fit_overlap_refuses_an_unreachable_target_readably():
+def test_fit_overlap_refuses_an_impossible_target_before_measuring():
     pairs = str(DATA / "cache_pairs.jsonl")
-    out = semgate_cache("fit-overlap", "--pairs", pairs, "--target-precision", "1.5", timeout=300)
-    assert out.returncode == 2 and "no cut of these pairs reaches precision 1.5" in out.stderr
+    out = semgate_cache("fit-overlap", "--pairs", pairs, "--target-precision", "1.5", timeout=60)
+    assert out.returncode == 2 and "--target-precision: 1.5 must be in (0, 1]" in out.stderr

@@ -10,9 +10,8 @@ from engine.config import resolve_model_path
 from engine.llm_engine import LLMEngine
 from engine.scheduler import ScheduledSequence
 
-GREEDY_64 = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True)
-# What the scheduling-invariance tests generate per prompt: each prompt runs alone
-# first, one decode step per token, so their cost is prompts x tokens steps.
+# Greedy, EOS ignored: what the engine tests generate per prompt. The scheduling-
+# invariance tests run each prompt alone first, one decode step per token.
 GREEDY_32 = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
 
 

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from engine import LLM, EngineConfig
 from engine.config import resolve_model_path
 from engine.loader import TORCH_DEQUANTIZERS
-from tests.engine.conftest import GREEDY_64
+from tests.engine.conftest import GREEDY_32
 from tests.engine.prompts import PROMPTS
 
 
@@ -56,8 +56,8 @@ def test_hugging_face_directory_gives_the_same_outputs(hf_dir, llm):
     hf_llm = LLM(EngineConfig(model=str(hf_dir), max_model_len=1024, kv_cache_memory=1 << 27))
     assert hf_llm.engine.model_config == llm.engine.model_config
     assert hf_llm.tokenizer.encode(PROMPTS[2]) == llm.tokenizer.encode(PROMPTS[2])
-    ours = [o.token_ids for o in llm.generate(PROMPTS[:4], GREEDY_64)]
-    theirs = [o.token_ids for o in hf_llm.generate(PROMPTS[:4], GREEDY_64)]
+    ours = [o.token_ids for o in llm.generate(PROMPTS[:4], GREEDY_32)]
+    theirs = [o.token_ids for o in hf_llm.generate(PROMPTS[:4], GREEDY_32)]
     assert theirs == ours
     messages = [{"role": "user", "content": "Hi"}]
     assert hf_llm.tokenizer.apply_chat_template(messages) == llm.tokenizer.apply_chat_template(
@@ -78,7 +78,7 @@ def test_torch_dequantization_equals_gguf(kind):
 def test_engines_share_a_loaded_model_only_where_it_builds_the_same_weights(llm):
     twin = LLM(EngineConfig(max_num_seqs=2, num_kv_blocks=512), llm.engine.loaded)
     assert twin.engine.model is llm.engine.model
-    expected = llm.generate(PROMPTS[0], GREEDY_64)[0].token_ids
-    assert twin.generate(PROMPTS[0], GREEDY_64)[0].token_ids == expected
+    expected = llm.generate(PROMPTS[0], GREEDY_32)[0].token_ids
+    assert twin.generate(PROMPTS[0], GREEDY_32)[0].token_ids == expected
     with pytest.raises(ValueError, match="built for"):
         LLM(EngineConfig(quantization="int8"), llm.engine.loaded)
