@@ -1,4 +1,5 @@
-"""Sentence embeddings for the cache: all-MiniLM-L6-v2 through sentence-transformers.
+"""Sentence embeddings for the cache: all-MiniLM-L6-v2, built through
+sentence-transformers once and then loaded from disk (cache.encoder_store).
 
 Concurrent callers queue their texts for a few worker threads: a lone call waits
 for nobody, a text asked for again while queued or being encoded is encoded once,
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
+import functools
 import logging
 import queue
 import threading
@@ -19,9 +21,16 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import tokenizers
 import torch
+
+from cache import encoder_store
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +94,16 @@ class _Encoder(torch.nn.Module):
         return torch.nn.functional.normalize(pooled, dim=-1)
 
 
+def _padded(
+    tokenizer: tokenizers.Tokenizer, max_tokens: int, pad_id: int, pad_token: str
+) -> tokenizers.Tokenizer:
+    """A copy of the tokenizer that truncates to the window and pads a batch."""
+    backend = copy.deepcopy(tokenizer)
+    backend.enable_truncation(max_tokens)
+    backend.enable_padding(pad_id=pad_id, pad_token=pad_token)
+    return backend
+
+
 class Embedder:
     """Text -> unit-length float32 vectors (so cosine similarity is a dot product)."""
 
@@ -97,52 +116,24 @@ class Embedder:
         num_threads: int = 1,
         workers: int = 2,
     ) -> None:
-        from sentence_transformers import SentenceTransformer
-
         if workers < 1:
             raise ValueError(f"the embedder needs at least one worker, not {workers}")
-        self.model_id, path = resolve_embedder_path(model)
-        st = SentenceTransformer(str(path), device="cpu", local_files_only=True)
-        pooling = st[1].get_config_dict() if len(st) > 1 else {}
-        if pooling.get("pooling_mode", "mean") != "mean":
-            raise ValueError(f"embedder {model!r}: only mean pooling is supported")
-        self.dims = int(st.get_embedding_dimension())
-        self.max_tokens = int(st.max_seq_length)
-        self.tokenizer = st.tokenizer
+        model_id, self._path = resolve_embedder_path(model)
+        self.dtype_name = _pick_dtype(dtype)
+        built = encoder_store.load(self._path, model_id, self.dtype_name)
+        if built is None:
+            built = self._build(model, model_id)
+            encoder_store.save(self._path, model_id, self.dtype_name, built)
+        self.model_id, self.dims, self.max_tokens = built.model_id, built.dims, built.max_tokens
+        self._encoder = built.encoder
         # Embedding tokenizes through a copy of the fast tokenizer's backend, set up once:
         # the transformers wrapper spent ~0.2 ms a call (~6% of a short query) in Python,
         # holding the GIL, and re-configured the backend it shares with `fits` each call.
-        self._backend = copy.deepcopy(st.tokenizer.backend_tokenizer)
-        self._backend.enable_truncation(self.max_tokens)
-        self._backend.enable_padding(
-            pad_id=st.tokenizer.pad_token_id, pad_token=st.tokenizer.pad_token
-        )
+        self._backend = _padded(built.tokenizer, built.max_tokens, built.pad_id, built.pad_token)
         # The same fast tokenizer, whole: counts a long text's tokens for `fits`.
-        self._counter = copy.deepcopy(st.tokenizer.backend_tokenizer)
+        self._counter = copy.deepcopy(built.tokenizer)
         self._counter.no_truncation()
         self._counter.no_padding()
-        # int8 (the default where int8 kernels exist): the linear layers' weights are
-        # quantised per output channel, activations on the fly. A short query takes ~3 ms
-        # instead of ~9 ms (bf16) on one core; vectors keep cosine ~0.98 to float32, and
-        # on the labelled pair sets precision is unchanged (recall 0.79 vs 0.80 on
-        # cache_pairs.jsonl). Its vectors get their own model id, so they never meet
-        # float vectors in one scope. bf16 (on CPUs with native bf16) moves cosines by
-        # only ~1e-4.
-        self.dtype_name = _pick_dtype(dtype)
-        encoder = _Encoder(st[0].auto_model.eval())
-        if self.dtype_name == "int8":
-            self.model_id += "-int8"
-            # torch 2.13 deprecates its quantized tensors (to move to torchao); the
-            # project pins torch < 2.14, where they work, so the warning is silenced.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                encoder = torch.ao.quantization.quantize_dynamic(
-                    encoder, {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
-                )
-        elif self.dtype_name == "bfloat16":
-            encoder = encoder.to(torch.bfloat16)
-        self._encoder = self._trace(encoder)
         self.max_batch = max_batch
         # int8 quantises a layer's input with one scale for the whole tensor, so in a batch
         # a text's vector would depend on its batch-mates and their padding (cosine down to
@@ -170,21 +161,70 @@ class Embedder:
         for worker in self._workers:
             worker.start()
 
-    def _trace(self, encoder: _Encoder) -> torch.nn.Module:
+    def _build(self, model: str, model_id: str) -> encoder_store.BuiltEncoder:
+        """The encoder from the model directory, through sentence-transformers (~6 s in a
+        fresh process, most of it importing sentence-transformers: see encoder_store)."""
+        from sentence_transformers import SentenceTransformer
+
+        st = SentenceTransformer(str(self._path), device="cpu", local_files_only=True)
+        pooling = st[1].get_config_dict() if len(st) > 1 else {}
+        if pooling.get("pooling_mode", "mean") != "mean":
+            raise ValueError(f"embedder {model!r}: only mean pooling is supported")
+        max_tokens = int(st.max_seq_length)
+        backend = st.tokenizer.backend_tokenizer
+        pad_id, pad_token = st.tokenizer.pad_token_id, st.tokenizer.pad_token
+        # int8 (the default where int8 kernels exist): the linear layers' weights are
+        # quantised per output channel, activations on the fly. A short query takes ~3 ms
+        # instead of ~9 ms (bf16) on one core; vectors keep cosine ~0.98 to float32, and
+        # on the labelled pair sets precision is unchanged (recall 0.79 vs 0.80 on
+        # cache_pairs.jsonl). Its vectors get their own model id, so they never meet
+        # float vectors in one scope. bf16 (on CPUs with native bf16) moves cosines by
+        # only ~1e-4.
+        encoder = _Encoder(st[0].auto_model.eval())
+        if self.dtype_name == "int8":
+            model_id += "-int8"
+            # torch 2.13 deprecates its quantized tensors (to move to torchao); the
+            # project pins torch < 2.14, where they work, so the warning is silenced.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                encoder = torch.ao.quantization.quantize_dynamic(
+                    encoder, {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
+                )
+        elif self.dtype_name == "bfloat16":
+            encoder = encoder.to(torch.bfloat16)
+        return encoder_store.BuiltEncoder(
+            encoder=self._trace(encoder, _padded(backend, max_tokens, pad_id, pad_token)),
+            tokenizer=backend,
+            dims=int(st.get_embedding_dimension()),
+            max_tokens=max_tokens,
+            pad_token=pad_token,
+            pad_id=pad_id,
+            model_id=model_id,
+        )
+
+    @staticmethod
+    def _trace(encoder: _Encoder, backend: tokenizers.Tokenizer) -> torch.jit.ScriptModule:
         """TorchScript removes most of the Python overhead of ~100 small modules per call:
         a single short query drops from ~11 ms to ~4 ms on two cores. Shapes stay dynamic
         (the traced graph has no shape-dependent branches once a mask is given)."""
-        sample = self.tokenizer(
-            ["semgate traces this", "a longer second sample text"],
-            padding=True,
-            return_tensors="pt",
-        )
+        sample = backend.encode_batch(["semgate traces this", "a longer second sample text"])
+        ids = torch.tensor([e.ids for e in sample])
+        mask = torch.tensor([e.attention_mask for e in sample])
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            traced = torch.jit.trace(
-                encoder.eval(), (sample["input_ids"], sample["attention_mask"]), check_trace=False
-            )
+            traced = torch.jit.trace(encoder.eval(), (ids, mask), check_trace=False)
             return torch.jit.freeze(traced)
+
+    @functools.cached_property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        """The model's transformers tokenizer, as sentence-transformers sets it up (for
+        tools that count tokens its way); loaded, with transformers, on first use."""
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(
+            str(self._path), local_files_only=True, model_max_length=self.max_tokens
+        )
 
     def fits(self, text: str) -> bool:
         """Whether the whole text is embedded (not truncated). A WordPiece token covers at
