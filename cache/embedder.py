@@ -78,7 +78,8 @@ def _pick_dtype(dtype: str) -> str:
 
 
 class _Encoder(torch.nn.Module):
-    """input ids + mask -> unit-length mean-pooled vectors; the piece that gets traced.
+    """input ids + mask -> unit-length mean-pooled vectors; the piece that gets traced
+    (and kept on disk: a change here bumps encoder_store.FORMAT).
     Pooling is traced too, so one call runs the whole embedding without the GIL: each
     eager op after it would take the GIL back, waiting on the event loop under load
     (the vectors are bit for bit the same)."""

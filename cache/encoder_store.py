@@ -31,7 +31,9 @@ import torch
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # an entry's layout; a change makes older entries miss
+# An entry's layout and what it was built by: bump it when the build changes (the
+# _Encoder's pooling, the quantisation, the tracing), or old entries keep serving it.
+FORMAT = 1
 _META = "semgate_meta.json"
 _TOKENIZER = "semgate_tokenizer.json"
 
