@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.gateway.fixtures import ADMIN, ALICE, BOB
-from tests.gateway.servers import MODEL, Server, serving
+from tests.gateway.servers import MODEL, Server
 
 # An engine server (`semgate serve --no-cache`): what tests of the gateway's upstream
 # mode put behind it. One thread, so that it and the gateway in front share the cores.
@@ -21,17 +21,27 @@ ENGINE_ARGS = ["--no-cache", "--num-threads", "1", "--max-model-len", str(MAX_MO
 
 @pytest.fixture(scope="session")
 def engine_process() -> Iterator[Server]:
-    with serving(Server(ENGINE_ARGS)) as [server]:
+    """Started, not waited for: a module can start its own servers while this one loads
+    (`up` waits)."""
+    server = Server(ENGINE_ARGS).start()
+    try:
         yield server
+    finally:
+        server.stop()
+
+
+def up(server: Server) -> Server:
+    """`server` ready, started again first if a test killed it."""
+    if server.proc is None or server.proc.poll() is not None:
+        server.start()
+    return server.wait_ready()
 
 
 @pytest.fixture(scope="module")
 def engine_server(engine_process: Server) -> Server:
     """The session's engine server, up at the start of each module that uses it: a test
     that kills it (the last of its module) leaves it to be started again here."""
-    if engine_process.proc is None or engine_process.proc.poll() is not None:
-        engine_process.start().wait_ready()
-    return engine_process
+    return up(engine_process)
 
 
 @pytest.fixture(scope="session")

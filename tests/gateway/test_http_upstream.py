@@ -15,19 +15,19 @@ import pytest
 
 from gateway.upstream.base import ChatJob, Delta, UpstreamError
 from gateway.upstream.http import HttpUpstream
-from tests.gateway.conftest import ENGINE_ARGS, MAX_MODEL_LEN
+from tests.gateway.conftest import ENGINE_ARGS, MAX_MODEL_LEN, up
 from tests.gateway.servers import MODEL, Server, free_port, metric, serving
 
 pytestmark = pytest.mark.slow  # starts a server of its own
 
 
 @pytest.fixture(scope="module")
-def servers(engine_server: Server) -> Iterator[list[Server]]:
+def servers(engine_process: Server) -> Iterator[list[Server]]:
     """The session's engine server and one that speculates (n-gram lookup): lossless,
-    so both must give the same greedy answers."""
+    so both must give the same greedy answers. The second loads while the first does."""
     spec = ["--spec-method", "ngram", "--num-spec-tokens", "4"]
     with serving(Server(ENGINE_ARGS + spec)) as [speculating]:
-        yield [engine_server, speculating]
+        yield [up(engine_process), speculating]
 
 
 @contextlib.asynccontextmanager
