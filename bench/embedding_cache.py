@@ -4,24 +4,23 @@ a set is embedded once per embedder and content, then read back.
 
 Keyed by the embedder's model id and a hash of the texts in order (a file's content
 when the texts are a labelled file's questions): an edited file or another embedder
-misses. Kept under engine.config.cache_dir()."""
+misses. Kept under engine.disk_cache.cache_dir()."""
 
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 from cache.embedder import Embedder
-from engine.config import cache_dir
+from engine.disk_cache import cache_dir, write_atomically
 
 
 def embed_cached(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     """`embedder.embed_many(texts)`, read from disk when this embedder has embedded these
-    texts before. A cache that cannot be written (read-only home) only costs the reuse."""
+    texts before."""
     digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:32]
     path = cache_dir() / "embeddings" / embedder.model_id / f"{digest}.npy"
     if path.is_file():
@@ -29,12 +28,10 @@ def embed_cached(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
         if vectors.shape[0] == len(texts):
             return vectors
     vectors = embedder.embed_many(texts)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Written aside and renamed: a reader never sees half a file.
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npy", delete=False) as f:
+
+    def save(temp: Path) -> None:
+        with temp.open("wb") as f:  # a file object: np.save would add ".npy" to a name
             np.save(f, vectors)
-        os.replace(f.name, path)
-    except OSError:
-        pass
+
+    write_atomically(path, save)
     return vectors

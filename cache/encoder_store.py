@@ -54,7 +54,7 @@ class BuiltEncoder:
 
 def cache_dir() -> Path:
     """$SEMGATE_CACHE_DIR, else $XDG_CACHE_HOME/semgate, else ~/.cache/semgate (the rule
-    of engine.config.cache_dir, which cache/ may not import)."""
+    of engine.disk_cache.cache_dir, which cache/ may not import)."""
     if explicit := os.environ.get("SEMGATE_CACHE_DIR"):
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"

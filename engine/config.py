@@ -17,15 +17,6 @@ DEFAULT_NUM_SPEC_TOKENS = 8
 QUANTIZATION_CHOICES = ("auto", "none", "int8", "int4")
 
 
-def cache_dir() -> Path:
-    """Where semgate keeps what it can rebuild (parsed GGUF files, the labelled sets'
-    embeddings): $SEMGATE_CACHE_DIR, else $XDG_CACHE_HOME/semgate, else ~/.cache/semgate."""
-    if explicit := os.environ.get("SEMGATE_CACHE_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "semgate"
-
-
 def resolve_model_path(model: str) -> Path:
     """Turn a bundled model name, a .gguf file or a Hugging Face directory into a path."""
     if model.lower() in BUNDLED_MODELS:

@@ -6,21 +6,19 @@ paid by every process that loads the model or its tokenizer (the gateway and the
 core at each start, each engine of the tests). What the parse gives is kept as JSON,
 keyed by the file's resolved path, size and mtime; a later load reads that and maps the
 file, each tensor a view at its offset. Entries live in gguf/ under
-engine.config.cache_dir()."""
+engine.disk_cache.cache_dir()."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 
-from engine.config import cache_dir
+from engine.disk_cache import cache_dir, write_atomically
 
 FORMAT = 1  # an entry's layout; a change makes older entries miss
 
@@ -116,16 +114,8 @@ def _index(path: Path, entry: dict[str, Any]) -> GGUFIndex:
 
 
 def _store(where: Path, entry: dict[str, Any]) -> None:
-    """Written aside and renamed: a reader never sees half an entry. A cache that cannot
-    be written (read-only home, a file in the way) only costs the reuse."""
-    temp = None
     try:
         text = json.dumps(entry)
-        where.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=where.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(temp, where)
-    except (OSError, TypeError):
-        if temp is not None:
-            Path(temp).unlink(missing_ok=True)
+    except TypeError:  # a metadata value JSON cannot hold: this file is parsed each time
+        return
+    write_atomically(where, lambda temp: temp.write_text(text))

@@ -42,17 +42,21 @@ class LoadedModel:
 
     @property
     def max_model_len(self) -> int:
-        return self.key.max_model_len or self.config.max_position_embeddings
+        return context_length(self.key, self.config)
+
+
+def context_length(key: ModelKey, config: ModelConfig) -> int:
+    """The configured context length, else the model's own."""
+    return key.max_model_len or config.max_position_embeddings
 
 
 def load_model(config: EngineConfig) -> LoadedModel:
     model_config, weights, tokenizer = load_model_files(config.model_path)
     key = model_key(config)
-    max_model_len = key.max_model_len or model_config.max_position_embeddings
     model = CausalLM(
         model_config,
         weights,
-        max_model_len,
+        context_length(key, model_config),
         torch.device(config.device),
         config.torch_dtype,
         config.quantization,

@@ -14,7 +14,8 @@ import pytest
 import torch
 from gguf import GGUFReader
 
-from engine.config import cache_dir, resolve_model_path
+from engine.config import resolve_model_path
+from engine.disk_cache import cache_dir
 from engine.gguf_index import entry_path, read_gguf
 from engine.loader import load_model_files, load_tokenizer
 

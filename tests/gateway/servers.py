@@ -24,6 +24,7 @@ __all__ = [
     "metric",
     "probed",
     "serving",
+    "value_in",
     "wait_for_idle_engine",
 ]
 
@@ -35,9 +36,13 @@ def metric(server: Server, sample: str, missing: float | None = None) -> float:
     (`name{label="value"}`): the sum of the samples of that name whose labels include
     those (one per model_name, where every series has it); `missing` for a labelled
     sample not observed yet."""
+    return value_in(httpx.get(server.url + "/metrics").text, sample, missing)
+
+
+def value_in(text: str, sample: str, missing: float | None = None) -> float:
+    """`metric`, from a scrape already made."""
     name, _, rest = sample.partition("{")
     wanted = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-    text = httpx.get(server.url + "/metrics").text
     values = [
         s.value
         for family in text_string_to_metric_families(text)
@@ -64,7 +69,10 @@ def wait_for_idle_engine(server: Server, timeout: float = 10) -> None:
     gateway has moved on, so a test reads them only once they settle (a hang guard, not
     a timing bound; the test asserts the gauges itself)."""
     deadline = time.monotonic() + timeout
-    while any(metric(server, g) for g in ENGINE_GAUGES) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        text = httpx.get(server.url + "/metrics").text  # one scrape for the three gauges
+        if not any(value_in(text, g) for g in ENGINE_GAUGES):
+            return
         time.sleep(0.05)
 
 

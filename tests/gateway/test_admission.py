@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import chat_body
-from tests.gateway.servers import Server, metric, serving, wait_for_idle_engine
+from tests.gateway.servers import Server, metric, serving, value_in, wait_for_idle_engine
 
 pytestmark = pytest.mark.slow  # starts a server of its own
 
@@ -120,9 +120,7 @@ async def _burst(url: str, n: int) -> tuple[list[httpx.Response], list[float]]:
         async def watch() -> None:
             while not stop.is_set():
                 text = (await client.get("/metrics")).text
-                for line in text.splitlines():
-                    if line.startswith("semgate_num_requests_waiting{"):
-                        waiting.append(float(line.split()[-1]))
+                waiting.append(value_in(text, "semgate_num_requests_waiting"))
                 await asyncio.sleep(0.02)
 
         watcher = asyncio.create_task(watch())
