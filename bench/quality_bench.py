@@ -37,9 +37,9 @@ from bench.engine_bench import Goal
 from bench.greedy import greedy
 from bench.report import met_cell, progress, write_report
 from bench.sharegpt import first_exchange, iter_conversations
-from engine.attention import SequenceSlice
 from engine.config import DEFAULT_MODEL, EngineConfig, resolve_model_path
-from engine.kv_cache import allocate_kv_cache, slot_of
+from engine.input_batch import BatchRow, InputBatch
+from engine.kv_cache import allocate_kv_cache
 from engine.llm import LLM
 from engine.loader import load_tokenizer
 from engine.tokenizer import Tokenizer
@@ -95,12 +95,12 @@ def answer_logprobs(llm: LLM, prompt_ids: list[int], answer_ids: list[int]) -> t
     kv_caches = allocate_kv_cache(
         cfg.num_layers, num_blocks, bs, cfg.num_kv_heads, cfg.head_dim, dtype, device
     )
-    table = list(range(num_blocks))
-    slots = torch.tensor([slot_of(table, p, bs) for p in range(len(ids))], device=device)
     attention = engine.runner.attention
-    meta = attention.build_metadata([SequenceSlice(len(ids), len(ids), table)], slots, bs)
-    ids_t, positions = torch.tensor(ids, device=device), torch.arange(len(ids), device=device)
-    hidden = engine.model(ids_t, positions, attention, kv_caches, meta)
+    inputs = InputBatch(
+        attention, bs, device, max_num_tokens=len(ids), max_num_seqs=1, max_model_len=len(ids)
+    )
+    step = inputs.build([BatchRow(ids, 0, list(range(num_blocks)), 0)])
+    hidden = engine.model(step.input_ids, step.positions, attention, kv_caches, step.attn_meta)
     # Row t predicts token t + 1: the rows from the prompt's last token on.
     rows = hidden[len(prompt_ids) - 1 : len(ids) - 1]
     logprobs = F.log_softmax(engine.model.compute_logits(rows), dim=-1)

@@ -9,6 +9,8 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cli.parser import fraction
+
 if TYPE_CHECKING:
     from gateway.settings import Settings
 
@@ -103,6 +105,24 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         choices=QUANTIZATION_CHOICES,
         default=None,
         help="engine weights (default: auto, which is int4 on CPU and none on CUDA)",
+    )
+    serve.add_argument(
+        "--kv-cache-memory",
+        type=int,
+        default=None,
+        help="bytes of KV cache (default: a share of the free memory, below)",
+    )
+    serve.add_argument(
+        "--kv-cache-memory-fraction",
+        type=fraction,
+        default=None,
+        help="share of the available RAM for the KV cache on CPU (default: 0.1)",
+    )
+    serve.add_argument(
+        "--gpu-memory-utilization",
+        type=fraction,
+        default=None,
+        help="share of the GPU's memory the engine may use, KV cache included (default: 0.9)",
     )
     serve.add_argument(
         "--max-num-batched-tokens",

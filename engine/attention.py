@@ -4,9 +4,10 @@ A backend receives, per layer, the step's new q/k/v for a flat batch of tokens
 and that layer's paged KV cache ([2, num_blocks, block_size, kv_heads,
 head_dim]); it writes the new k/v into their cache slots and returns the
 attention output. Metadata is built once per step and shared by every layer.
-The model runner orders a batch as decodes (one query token each) first, then
-speculating decodes (the last token plus a few proposed ones), then prefill
-chunks, so a backend can treat the leading short queries as one padded batch.
+A backend declares what it needs of a batch (its short queries first, a block size
+multiple) and builds its metadata into persistent buffers; InputBatch orders the
+rows, so TorchAttention treats the leading short queries (decodes, verifications)
+as one padded batch.
 
 TorchAttention computes every query row the same way whatever else is in the step,
 so greedy output does not depend on batching, chunking or speculation even where
@@ -23,25 +24,43 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.staged_buffer import StagedBuffer
 
-@dataclass(frozen=True)
-class SequenceSlice:
-    """What attention needs to know of one sequence in the flat batch."""
 
-    query_len: int  # tokens of this sequence in this step
-    context_len: int  # tokens in its cache after this step (earlier ones + query)
-    block_table: list[int]
+@dataclass
+class AttentionBatch:
+    """The step as an attention backend sees it, rows in the backend's order. The
+    arrays and tensors are views of persistent buffers, valid until the next build."""
+
+    block_size: int
+    query_lens: np.ndarray  # [n] each row's tokens this step
+    context_lens: np.ndarray  # [n] tokens in its cache after the step (earlier + query)
+    query_start: np.ndarray  # [n + 1] each row's first flat token, then the total
+    table_lens: np.ndarray  # [n] blocks in its table
+    block_tables: torch.Tensor  # [n, max table_lens] on the device, padded with block 0
+    slot_mapping: torch.Tensor  # [tokens] on the device: each token's KV slot
+
+
+class AttentionMetadataBuilder(Protocol):
+    def build(self, batch: AttentionBatch) -> Any: ...
 
 
 class AttentionBackend(Protocol):
     name: str
+    # What the backend needs of the batch: its queries of at most max_short_query tokens
+    # first (0: rows in any order), and a block size that is a multiple of
+    # block_size_multiple. InputBatch orders the rows and checks the block size.
+    max_short_query: int
+    block_size_multiple: int
 
-    def build_metadata(
-        self, seqs: list[SequenceSlice], slot_mapping: torch.Tensor, block_size: int
-    ) -> Any: ...
+    def metadata_builder(self, max_num_seqs: int, max_num_keys: int) -> AttentionMetadataBuilder:
+        """A builder of this backend's metadata into its own persistent buffers, for steps
+        of up to max_num_seqs sequences of up to max_num_keys keys each."""
+        ...
 
     def forward(
         self,
@@ -93,51 +112,16 @@ class TorchAttention:
     """SDPA over the paged cache: gathers each sequence's blocks, runs anywhere."""
 
     name = "torch"
+    max_short_query = MAX_SHORT_QUERY
+    # Keys run to whole blocks, and a row's bits hold only with keys padded to a
+    # multiple of 16 (see the module docstring).
+    block_size_multiple = 16
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
-    def _tensor(self, values: list[int] | list[list[int]]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.long).to(self.device, non_blocking=True)
-
-    def build_metadata(
-        self, seqs: list[SequenceSlice], slot_mapping: torch.Tensor, block_size: int
-    ) -> TorchAttentionMetadata:
-        num_short = 0
-        while num_short < len(seqs) and seqs[num_short].query_len <= MAX_SHORT_QUERY:
-            num_short += 1
-        short = self._short_batch(seqs[:num_short], block_size) if num_short else None
-        chunks: list[_Chunk] = []
-        start = short.num_tokens if short else 0
-        for s in seqs[num_short:]:
-            end = start + s.query_len
-            # Query i sits at position past + i and sees keys 0..past + i.
-            q_pos = torch.arange(s.context_len - s.query_len, s.context_len, device=self.device)
-            k_pos = torch.arange(len(s.block_table) * block_size, device=self.device)
-            mask = k_pos[None, :] <= q_pos[:, None]
-            chunks.append(_Chunk(start, end, self._tensor(s.block_table), mask))
-            start = end
-        return TorchAttentionMetadata(slot_mapping, short, chunks)
-
-    def _short_batch(self, seqs: list[SequenceSlice], block_size: int) -> _ShortBatch:
-        width = max(len(s.block_table) for s in seqs)
-        tables = self._tensor([s.block_table + [0] * (width - len(s.block_table)) for s in seqs])
-        lens = [s.context_len for s in seqs]
-        qlens = [s.query_len for s in seqs]
-        max_query = max(*qlens, MIN_QUERY_ROWS)
-        num_tokens = sum(qlens)
-        # Query i of a sequence sits at position context_len - query_len + i and sees
-        # the keys up to it; pad queries copy the last real one.
-        lens_t, qlens_t = self._tensor(lens), self._tensor(qlens)
-        i = torch.arange(max_query, device=self.device)
-        q_pos = lens_t[:, None] - qlens_t[:, None] + torch.minimum(i[None, :], qlens_t[:, None] - 1)
-        key_pos = torch.arange(width * block_size, device=self.device)
-        mask = (key_pos[None, None, :] <= q_pos[:, :, None]).unsqueeze(1)
-        starts = torch.cumsum(qlens_t, 0) - qlens_t
-        pad_index = (starts[:, None] + torch.minimum(i[None, :], qlens_t[:, None] - 1)).flatten()
-        slot = torch.arange(len(seqs), device=self.device)[:, None] * max_query + i[None, :]
-        unpad_index = slot[i[None, :] < qlens_t[:, None]]
-        return _ShortBatch(num_tokens, tables, max_query, mask, pad_index, unpad_index)
+    def metadata_builder(self, max_num_seqs: int, max_num_keys: int) -> TorchMetadataBuilder:
+        return TorchMetadataBuilder(self.device, max_num_seqs, max_num_keys)
 
     def forward(
         self,
@@ -185,6 +169,64 @@ class TorchAttention:
         )
         out = out.transpose(1, 2).reshape(n * short.max_query, heads, dim)
         return out.index_select(0, short.unpad_index)
+
+
+class TorchMetadataBuilder:
+    """TorchAttention's metadata; its index tensors live in persistent buffers, while
+    the masks, whose widths follow the step's longest context, are made per step."""
+
+    def __init__(self, device: torch.device, max_num_seqs: int, max_num_keys: int) -> None:
+        # Every short query padded to MAX_SHORT_QUERY (>= MIN_QUERY_ROWS) rows at most.
+        size = max_num_seqs * MAX_SHORT_QUERY
+        self.q_pos = StagedBuffer(size, device)
+        self.pad_index = StagedBuffer(size, device)
+        self.unpad_index = StagedBuffer(size, device)
+        self.arange = np.arange(MAX_SHORT_QUERY, dtype=np.int64)
+        self.key_pos = torch.arange(max_num_keys, device=device)  # each key's position
+
+    def build(self, batch: AttentionBatch) -> TorchAttentionMetadata:
+        # InputBatch put the short queries first (max_short_query).
+        num_short = int(np.count_nonzero(batch.query_lens <= MAX_SHORT_QUERY))
+        short = self._short_batch(batch, num_short) if num_short else None
+        chunks: list[_Chunk] = []
+        for i in range(num_short, len(batch.query_lens)):
+            start, end = int(batch.query_start[i]), int(batch.query_start[i + 1])
+            context, num_blocks = int(batch.context_lens[i]), int(batch.table_lens[i])
+            # Query j sits at position past + j and sees keys 0..past + j.
+            q_pos = self.key_pos[context - (end - start) : context]
+            mask = self.key_pos[None, : num_blocks * batch.block_size] <= q_pos[:, None]
+            chunks.append(_Chunk(start, end, batch.block_tables[i, :num_blocks], mask))
+        return TorchAttentionMetadata(batch.slot_mapping, short, chunks)
+
+    def _short_batch(self, batch: AttentionBatch, n: int) -> _ShortBatch:
+        qlens = batch.query_lens[:n]
+        max_query = max(int(qlens.max()), MIN_QUERY_ROWS)
+        width = int(batch.table_lens[:n].max())
+        i = self.arange[:max_query]
+        # Query i of a sequence sits at position context_len - query_len + i and sees
+        # the keys up to it; pad queries copy the last real one: `real` is the query
+        # that each of the [n, max_query] slots holds.
+        real = np.minimum(i, qlens[:, None] - 1)
+        size = n * max_query
+        q_pos = self.q_pos.np[:size].reshape(n, max_query)
+        np.add((batch.context_lens[:n] - qlens)[:, None], real, out=q_pos)
+        np.add(batch.query_start[:n, None], real, out=self.pad_index.np[:size].reshape(n, -1))
+        num_tokens = int(batch.query_start[n])
+        # Row-major, the real slots of the [n, max_query] padding are the flat rows' order.
+        self.unpad_index.np[:num_tokens] = np.flatnonzero(i < qlens[:, None])
+        q_pos_t = self.q_pos.copy(size).view(n, 1, max_query, 1)
+        mask = self.key_pos[: width * batch.block_size] <= q_pos_t
+        # Every layer gathers through the tables: narrower than a chunk's, they are
+        # copied once here rather than flattened in each layer.
+        tables = batch.block_tables[:n, :width].contiguous()
+        return _ShortBatch(
+            num_tokens,
+            tables,
+            max_query,
+            mask,
+            self.pad_index.copy(size),
+            self.unpad_index.copy(num_tokens),
+        )
 
 
 def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:

@@ -56,8 +56,22 @@ class EngineConfig:
     # 16 tokens a block: small enough that little KV is wasted on short chat
     # turns, large enough that block tables and prefix hashes stay cheap.
     block_size: int = 16
-    num_kv_blocks: int | None = None  # default: sized from kv_cache_memory
-    kv_cache_memory: int = 1 << 30  # bytes of KV cache when num_kv_blocks is not set
+    # KV cache size: num_kv_blocks, else kv_cache_memory bytes, else a share of free
+    # memory (engine/kv_cache_size.py).
+    num_kv_blocks: int | None = None
+    kv_cache_memory: int | None = None
+    # On CPU: this share of available RAM (MemAvailable once the weights are loaded). A
+    # tenth, so that ten engines started together (the test suite starts about ten), which
+    # all see the same MemAvailable (the kernel commits a cache's pages only as they are
+    # touched: allocate_kv_cache), fill at most that RAM between them. Blocks are reused
+    # least recently freed first, so a long-running server does touch its whole cache in
+    # time. 10% of the ~19 GiB available on a 24 GiB machine is ~1.9 GiB, ~2.7k blocks of
+    # SmolLM2-135M in float32 (vLLM's CPU default: 4 GiB). A container's memory limit is
+    # not seen: set kv_cache_memory there.
+    kv_cache_memory_fraction: float = 0.1
+    # On CUDA: the share of the GPU's memory the engine may use, weights and activations
+    # included (vLLM's gpu_memory_utilization); the KV cache gets what is left of it.
+    gpu_memory_utilization: float = 0.9
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     attention_backend: str = "auto"  # "auto" | "torch"
@@ -108,6 +122,11 @@ class EngineConfig:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError("num_kv_blocks must be >= 1")
+        if self.kv_cache_memory is not None and self.kv_cache_memory < 1:
+            raise ValueError("kv_cache_memory must be >= 1 (bytes)")
+        for name in ("kv_cache_memory_fraction", "gpu_memory_utilization"):
+            if not 0 < getattr(self, name) <= 1:  # NaN fails too
+                raise ValueError(f"{name} must be in (0, 1], not {getattr(self, name)!r}")
         if self.spec_method not in (None, "ngram", "draft"):
             raise ValueError(f"spec_method must be ngram or draft, not {self.spec_method!r}")
         if self.num_spec_tokens < 1:

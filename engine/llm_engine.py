@@ -10,7 +10,8 @@ import torch
 
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
-from engine.kv_cache import BlockManager, kv_cache_bytes_per_block
+from engine.kv_cache import BlockManager
+from engine.kv_cache_size import kv_cache_num_blocks
 from engine.loaded_model import LoadedModel, load_model, model_key
 from engine.metrics import EngineStats
 from engine.model_runner import ModelRunner
@@ -68,39 +69,38 @@ class LLMEngine:
         model_config, self.tokenizer, self.model = model.config, model.tokenizer, model.model
         self.model_config = model_config
         self.max_model_len = model.max_model_len
-        num_blocks = config.num_kv_blocks or max(
-            1,
-            config.kv_cache_memory
-            // kv_cache_bytes_per_block(
-                model_config.num_layers,
-                config.block_size,
-                model_config.num_kv_heads,
-                model_config.head_dim,
-                config.torch_dtype,
-            ),
-        )
-        if num_blocks * config.block_size < self.max_model_len:
-            raise ValueError(
-                f"{num_blocks} KV blocks of {config.block_size} tokens cannot hold one request of "
-                f"max_model_len={self.max_model_len}; lower max_model_len or add KV memory"
-            )
-        self.block_manager = BlockManager(
-            num_blocks, config.block_size, config.enable_prefix_caching
-        )
         # Without chunking a prompt must fit one step, so the budget covers the longest.
         budget = config.max_num_batched_tokens
         if not config.enable_chunked_prefill:
             budget = max(budget, self.max_model_len)
+        # Before anything else takes memory: on CUDA it measures what the weights and a
+        # forward of one step's budget leave free.
+        num_blocks, kv_cache_size = kv_cache_num_blocks(config, self.model, budget)
+        if num_blocks * config.block_size < self.max_model_len:
+            raise ValueError(
+                f"{num_blocks} KV blocks of {config.block_size} tokens ({kv_cache_size}) cannot "
+                f"hold one request of max_model_len={self.max_model_len}; lower max_model_len "
+                "or give the cache more memory (kv_cache_memory, kv_cache_memory_fraction, "
+                "gpu_memory_utilization)"
+            )
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, config.enable_prefix_caching
+        )
         self.scheduler = Scheduler(
             self.block_manager,
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=budget,
             enable_chunked_prefill=config.enable_chunked_prefill,
+            eos_token_ids=self.tokenizer.eos_token_ids,
+            max_model_len=self.max_model_len,
         )
         self.runner = ModelRunner(
             self.model,
             num_blocks=num_blocks,
             block_size=config.block_size,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=budget,
+            max_model_len=self.max_model_len,
             device=device,
             dtype=config.torch_dtype,
             attention_backend=config.attention_backend,
@@ -112,13 +112,14 @@ class LLMEngine:
             config, self.model, self.runner, self.block_manager, self.max_model_len, self.stats
         )
         log.info(
-            "engine ready in %.2fs: %s on %s (%s, weights %s), %d KV blocks, attention=%s",
+            "engine ready in %.2fs: %s on %s (%s, weights %s), %d KV blocks (%s), attention=%s",
             time.perf_counter() - started,
             config.model_path.name,
             config.device,
             config.dtype,
             config.quantization or config.dtype,
             num_blocks,
+            kv_cache_size,
             self.runner.attention.name,
         )
         if self.speculator is not None:
@@ -185,47 +186,31 @@ class LLMEngine:
         seq = self.sequences.get(request_id)
         if seq is None:
             return None
-        self._finish(seq, "abort")
+        self.scheduler.finish(seq, "abort")
+        self._forget(seq)
         return self._output(seq)
 
     def step(self) -> list[RequestOutput]:
-        batch = self.scheduler.schedule()
-        if not batch:
+        """One step: schedule -> run -> update -> outputs."""
+        scheduled = self.scheduler.schedule()
+        if not scheduled:
             return []
         started = time.perf_counter()
         spec = self.speculator
-        new_tokens = self.runner.execute(batch, spec.draft_probs if spec else {})
-        now = time.perf_counter()
-        num_computed = sum(i.num_new_tokens for i in batch)
-        sampled: list[Sequence] = []
-        tokens_of = iter(new_tokens)
-        for item in batch:
-            seq = item.seq
-            if not item.samples:
-                seq.num_computed_tokens += item.num_new_tokens
-                self.block_manager.cache_full_blocks(seq)
-                continue
-            tokens = next(tokens_of)
-            sampled.append(seq)
-            num_drafts = len(item.spec_token_ids)
-            if spec is not None:
-                spec.record(seq, num_drafts, len(tokens))
-            before = seq.num_tokens
-            finish = self._append_tokens(seq, tokens, now)  # may stop inside the run
-            appended = seq.num_tokens - before
-            self.stats.generation_tokens += appended
-            # KV stays valid for this step's real inputs and the kept proposals: every
-            # appended token but the newest. Slots past that (rejected proposals) are
-            # rewritten later, or given back by the trim.
-            seq.num_computed_tokens += item.num_new_tokens - num_drafts + appended - 1
-            if finish is not None:
-                self._finish(seq, finish)
-                continue
-            self.block_manager.trim(seq, seq.num_tokens)
-            self.block_manager.cache_full_blocks(seq)
+        new_tokens = self.runner.execute(scheduled, spec.draft_probs if spec else {})
+        seconds = time.perf_counter() - started
+        if spec is not None:
+            sampling = (item for item in scheduled if item.samples)
+            for item, tokens in zip(sampling, new_tokens, strict=True):
+                spec.record(item.seq, len(item.spec_token_ids), len(tokens))
+        sampled = self.scheduler.update(scheduled, new_tokens)
+        for seq in sampled:
+            if seq.finished:
+                self._forget(seq)
+        num_computed = sum(item.num_new_tokens for item in scheduled)
         self.stats.computed_tokens += num_computed
         if spec is not None:
-            spec.observe_step(num_computed, now - started)
+            spec.observe_step(num_computed, seconds)
             self._propose(spec)
         return [self._output(seq) for seq in sampled]
 
@@ -240,35 +225,10 @@ class LLMEngine:
     def _draft_generators(self, seq: Sequence, count: int) -> list[torch.Generator]:
         return self.runner.position_generators(seq, count, salt=1)
 
-    def _append_tokens(self, seq: Sequence, tokens: list[int], now: float) -> str | None:
-        """Appends tokens in order until one of them ends the request; returns the finish
-        reason (None: the request goes on)."""
-        for token in tokens:
-            finish = self._append_token(seq, token, now)
-            if finish is not None:
-                return finish
-        return None
-
-    def _append_token(self, seq: Sequence, token: int, now: float) -> str | None:
-        seq.token_ids.append(token)
-        seq.metrics.token_times.append(now)
-        params = seq.params
-        if token in self.tokenizer.eos_token_ids and not params.ignore_eos:
-            return "stop"
-        stop = seq.detokenizer.add(token)
-        if stop is not None:
-            seq.stop_reason = stop
-            return "stop"
-        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
-            return "length"
-        return None
-
-    def _finish(self, seq: Sequence, reason: str) -> None:
-        self.block_manager.cache_full_blocks(seq)
-        self.scheduler.finish(seq, reason)
+    def _forget(self, seq: Sequence) -> None:
+        """Drops a finished request's engine-side state (the scheduler freed its blocks)."""
         if self.speculator is not None:
             self.speculator.release(seq.request_id)
-        seq.metrics.finished_time = time.perf_counter()
         del self.sequences[seq.request_id]
 
     def _output(self, seq: Sequence) -> RequestOutput:
@@ -295,4 +255,5 @@ class LLMEngine:
         s.prefix_cache_queries = self.scheduler.prefix_cache_queries
         s.prefix_cache_hits = self.scheduler.prefix_cache_hits
         s.num_preemptions = self.scheduler.num_preemptions
+        s.generation_tokens = self.scheduler.num_generated_tokens
         return s

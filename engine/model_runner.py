@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import SequenceSlice, select_attention_backend
-from engine.kv_cache import allocate_kv_cache, slot_of
+from engine.attention import select_attention_backend
+from engine.input_batch import BatchRow, InputBatch
+from engine.kv_cache import allocate_kv_cache
 from engine.model import CausalLM
 from engine.sampler import Sampler
 from engine.sampling_params import MAX_SEED
@@ -27,6 +28,9 @@ class ModelRunner:
         *,
         num_blocks: int,
         block_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
         device: torch.device,
         dtype: torch.dtype,
         attention_backend: str,
@@ -37,6 +41,16 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.attention = select_attention_backend(attention_backend, device)
+        # One builder serves the target's steps and the draft's: the target's step is
+        # over (its logits consumed) before the draft proposes.
+        self.inputs = InputBatch(
+            self.attention,
+            block_size,
+            device,
+            max_num_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+        )
         self.kv_caches = allocate_kv_cache(
             cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim, dtype, device
         )
@@ -90,9 +104,13 @@ class ModelRunner:
         plain = [i for i, item in enumerate(sampling) if not item.spec_token_ids]
         out: list[list[int]] = [[] for _ in sampling]
         if plain:
-            rows = self._to_device([starts[i] for i in plain])
+            # Without proposals in the step, every row is a plain one's.
+            if len(plain) < len(sampling):
+                logits_of_plain = logits[self._to_device([starts[i] for i in plain])]
+            else:
+                logits_of_plain = logits
             tokens = self.sampler(
-                logits[rows],
+                logits_of_plain,
                 [sampling[i].seq.params for i in plain],
                 [self._seeded_generator(sampling[i].seq) for i in plain],
             )
@@ -118,32 +136,26 @@ class ModelRunner:
 
     @torch.inference_mode()
     def compute_logits(self, batch: list[ScheduledSequence]) -> torch.Tensor | None:
-        """Forwards the batch (writing its KV); float32 logits of the sampling rows: the
-        last token's, and for a speculating sequence also each proposed token's."""
-        bs = self.block_size
-        input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        slices: list[SequenceSlice] = []
-        logit_rows: list[int] = []
-        for item in batch:
-            seq, start = item.seq, item.seq.num_computed_tokens
-            end = start + item.num_new_tokens
-            table = seq.block_table
-            input_ids += seq.token_ids[start : end - len(item.spec_token_ids)]
-            input_ids += item.spec_token_ids
-            positions += range(start, end)
-            slots += [slot_of(table, p, bs) for p in range(start, end)]
-            slices.append(SequenceSlice(item.num_new_tokens, end, table))
-            if item.samples:
-                last = len(input_ids)
-                logit_rows += range(last - 1 - len(item.spec_token_ids), last)
-        ids_t, pos_t, slot_t = (self._to_device(x) for x in (input_ids, positions, slots))
-        meta = self.attention.build_metadata(slices, slot_t, bs)
-        hidden = self.model(ids_t, pos_t, self.attention, self.kv_caches, meta)
+        """Forwards the batch (writing its KV); float32 logits of the sampling rows in
+        batch order: the last token's, and for a speculating sequence also each
+        proposed token's."""
+        inputs = self.inputs.build([batch_row(item) for item in batch])
+        hidden = self.model(
+            inputs.input_ids, inputs.positions, self.attention, self.kv_caches, inputs.attn_meta
+        )
         if self.drafter is not None:
-            self.drafter.keep_in_step(ids_t, pos_t, meta)
-        if not logit_rows:
+            self.drafter.keep_in_step(inputs)
+        if not len(inputs.logit_rows):
             return None
-        rows = self._to_device(logit_rows)
-        return self.model.compute_logits(hidden[rows])
+        return self.model.compute_logits(hidden[inputs.logit_rows])
+
+
+def batch_row(item: ScheduledSequence) -> BatchRow:
+    """A scheduled sequence's part of the step: this step's share of its tokens, then its
+    proposals; logits for its last token and each proposal when the step reaches it."""
+    seq, start = item.seq, item.seq.num_computed_tokens
+    spec = item.spec_token_ids
+    token_ids = seq.token_ids[start : start + item.num_new_tokens - len(spec)]
+    if spec:
+        token_ids += spec
+    return BatchRow(token_ids, start, seq.block_table, 1 + len(spec) if item.samples else 0)

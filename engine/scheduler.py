@@ -1,5 +1,9 @@
 """One scheduler, one token budget per step; no separate prefill and decode phases.
 
+The scheduler owns every sequence's progress and blocks: `schedule` admits,
+allocates and preempts before a step; `update` applies the step's new tokens
+after it (appends, stops, advances what is computed, trims and names blocks).
+
 Each step serves running decodes first (one token each, plus the speculative
 tokens proposed for it), then prefill chunks of partially prefilled and waiting
 requests, until the budget or the sequence
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.kv_cache import BlockManager
@@ -39,8 +44,12 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         enable_chunked_prefill: bool,
+        eos_token_ids: Iterable[int],
+        max_model_len: int,
     ) -> None:
         self.block_manager = block_manager
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = enable_chunked_prefill
@@ -50,6 +59,7 @@ class Scheduler:
         # Prompt tokens of admitted requests, and how many of them the prefix cache served.
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        self.num_generated_tokens = 0
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -61,8 +71,8 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         scheduled: list[ScheduledSequence] = []
         preempted = False
-        # Decodes first (one new token), then speculating decodes (the attention
-        # backend batches the leading one-token queries), then partial prefills.
+        # The budget goes to decodes first (one new token), then speculating decodes,
+        # then partial prefills: running streams never wait behind a long prompt.
         order = sorted(
             self.running, key=lambda s: (s.num_uncomputed_tokens > 1, bool(s.spec_token_ids))
         )
@@ -130,8 +140,58 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
+    def update(
+        self, scheduled: list[ScheduledSequence], new_tokens: list[list[int]]
+    ) -> list[Sequence]:
+        """Applies a step's results: new_tokens holds, in order, the tokens of each
+        scheduled sequence that sampled (see ScheduledSequence.samples). Returns those
+        sequences, finished ones included (stopped, or out of length)."""
+        now = time.perf_counter()
+        tokens_of = iter(new_tokens)
+        sampled: list[Sequence] = []
+        for item in scheduled:
+            seq = item.seq
+            if not item.samples:
+                seq.num_computed_tokens += item.num_new_tokens
+                self.block_manager.cache_full_blocks(seq)
+                continue
+            sampled.append(seq)
+            before = seq.num_tokens
+            finish = self._append_tokens(seq, next(tokens_of), now)  # may stop inside the run
+            appended = seq.num_tokens - before
+            self.num_generated_tokens += appended
+            # KV stays valid for this step's real inputs and the kept proposals: every
+            # appended token but the newest. Slots past that (rejected proposals) are
+            # rewritten later, or given back by the trim.
+            seq.num_computed_tokens += item.num_new_tokens - len(item.spec_token_ids) + appended - 1
+            if finish is not None:
+                self.finish(seq, finish)
+                continue
+            self.block_manager.trim(seq, seq.num_tokens)
+            self.block_manager.cache_full_blocks(seq)
+        return sampled
+
+    def _append_tokens(self, seq: Sequence, tokens: list[int], now: float) -> str | None:
+        """Appends tokens in order until one of them ends the request; returns the finish
+        reason (None: the request goes on)."""
+        for token in tokens:
+            seq.token_ids.append(token)
+            seq.metrics.token_times.append(now)
+            if token in self.eos_token_ids and not seq.params.ignore_eos:
+                return "stop"
+            stop = seq.detokenizer.add(token)
+            if stop is not None:
+                seq.stop_reason = stop
+                return "stop"
+            params = seq.params
+            if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+                return "length"
+        return None
+
     def finish(self, seq: Sequence, reason: str) -> None:
-        """Ends a request (stop, length or abort) and frees its blocks at once."""
+        """Ends a request (stop, length or abort): names its full blocks for later
+        requests, then frees them at once."""
+        self.block_manager.cache_full_blocks(seq)
         if seq.status is Status.RUNNING:
             self.running.remove(seq)
         elif seq.status is Status.WAITING:
@@ -139,3 +199,4 @@ class Scheduler:
         self.block_manager.free_sequence(seq)
         seq.status = Status.FINISHED
         seq.finish_reason = reason
+        seq.metrics.finished_time = time.perf_counter()

@@ -35,7 +35,7 @@ class Sequence:
         # and recomputes prompt + output so far (preemption by recompute).
         self.num_computed_tokens = 0
         self.block_table: list[int] = []
-        self.block_hashes: list[int] = []  # chained hashes of its full, computed blocks
+        self.block_hashes: list[bytes] = []  # chained hashes of its full, computed blocks
         self.spec_token_ids: list[int] = []  # proposed continuation, verified next step
         self.num_emitted_tokens = 0  # output tokens already handed out in RequestOutputs
         self.finish_reason: str | None = None

@@ -50,6 +50,10 @@ class EngineSettings:
     spec_draft_model: str | None = None  # "draft" without one: the target's own first layers
     num_threads: int | None = None
     quantization: str = "auto"  # "auto" (int4 on CPU) | "none" | "int8" | "int4"
+    # KV cache: explicit bytes, else a share of the available RAM (CPU) or of the GPU.
+    kv_cache_memory: int | None = None
+    kv_cache_memory_fraction: float = 0.1
+    gpu_memory_utilization: float = 0.9
     # Requests allowed to wait for a free engine slot; past it, 429 with Retry-After.
     max_waiting: int = 256
 

@@ -69,9 +69,7 @@ def _drafter(
                 f"spec_draft_layers must be under the target's {target.num_layers} layers"
             )
         # The first `layers` layers' KV is the target's own: share its cache.
-        return DraftProposer(
-            model, runner.kv_caches, layers, runner.attention, config.block_size, True
-        )
+        return DraftProposer(model, runner.kv_caches, layers, runner.inputs, True)
     from engine.loader import load_model_files
     from engine.model import CausalLM
 
@@ -93,6 +91,4 @@ def _drafter(
         config.torch_dtype,
         runner.device,
     )
-    return DraftProposer(
-        draft, kv_caches, draft_cfg.num_layers, runner.attention, config.block_size, False
-    )
+    return DraftProposer(draft, kv_caches, draft_cfg.num_layers, runner.inputs, False)

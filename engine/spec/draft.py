@@ -22,8 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from engine.attention import AttentionBackend, SequenceSlice
-from engine.kv_cache import slot_of
+from engine.input_batch import BatchRow, InputBatch, ModelInputs
 from engine.model import CausalLM
 from engine.sampler import race, sampling_probs
 from engine.sequence import Sequence
@@ -35,23 +34,31 @@ class DraftProposer:
         model: CausalLM,
         kv_caches: list[torch.Tensor],
         num_layers: int,
-        attention: AttentionBackend,
-        block_size: int,
+        inputs: InputBatch,
         shares_target_kv: bool,
     ) -> None:
         self.model = model
         self.kv_caches = kv_caches
         self.num_layers = num_layers
-        self.attention = attention
-        self.block_size = block_size
+        self.inputs = inputs  # the target's builder: its step is over when the draft runs
         self.shares_target_kv = shares_target_kv
         self.last_forwards = 0
         self.last_seconds = 0.0
 
-    def keep_in_step(self, ids: torch.Tensor, positions: torch.Tensor, meta: object) -> None:
+    def keep_in_step(self, step: ModelInputs) -> None:
         """Writes a separate draft's KV for the tokens the target just computed."""
         if not self.shares_target_kv:
-            self.model(ids, positions, self.attention, self.kv_caches, meta, self.num_layers)
+            self._forward(step)
+
+    def _forward(self, step: ModelInputs) -> torch.Tensor:
+        return self.model(
+            step.input_ids,
+            step.positions,
+            self.inputs.attention,
+            self.kv_caches,
+            step.attn_meta,
+            self.num_layers,
+        )
 
     @torch.inference_mode()
     def propose(
@@ -66,28 +73,19 @@ class DraftProposer:
         """
         gens = [generators(seq, k) if not seq.params.greedy else [] for seq, k in seqs]
         started = time.perf_counter()
-        device = self.model.embed.device
-        bs = self.block_size
         drafts: list[list[int]] = [[] for _ in seqs]
         probs: list[list[torch.Tensor]] = [[] for _ in seqs]
         depth = max(k for _, k in seqs)
         for j in range(depth):
             rows = [i for i, (_, k) in enumerate(seqs) if k > j]
-            ids, positions, slots, slices = [], [], [], []
+            # Step j feeds each sequence's newest token: its last, then its latest draft.
+            batch: list[BatchRow] = []
             for i in rows:
                 seq = seqs[i][0]
-                pos = seq.num_tokens - 1 + j
-                table = seq.block_table
-                ids.append(drafts[i][-1] if j else seq.token_ids[-1])
-                positions.append(pos)
-                slots.append(slot_of(table, pos, bs))
-                slices.append(SequenceSlice(1, pos + 1, table))
-            ids_t, pos_t, slot_t = (
-                torch.tensor(x, dtype=torch.long, device=device) for x in (ids, positions, slots)
-            )
-            meta = self.attention.build_metadata(slices, slot_t, bs)
-            hidden = self.model(ids_t, pos_t, self.attention, self.kv_caches, meta, self.num_layers)
-            logits = self.model.compute_logits(hidden)
+                token = drafts[i][-1] if j else seq.token_ids[-1]
+                batch.append(BatchRow([token], seq.num_tokens - 1 + j, seq.block_table, 1))
+            step = self.inputs.build(batch)
+            logits = self.model.compute_logits(self._forward(step)[step.logit_rows])
             params = [seqs[i][0].params for i in rows]
             greedy = logits.argmax(dim=-1).tolist()
             q = None if all(p.greedy for p in params) else sampling_probs(logits, params)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
-from engine import SamplingParams
-from engine.kv_cache import BlockManager, allocate_kv_cache
+from engine import LLM, SamplingParams
+from engine.kv_cache import BlockManager, allocate_kv_cache, chain_hash, root_hash
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from tests.engine.prompts import PROMPTS
@@ -28,7 +32,14 @@ def _check_books(bm: BlockManager, live: list[Sequence]) -> None:
 def test_random_adds_aborts_and_finishes_keep_accounting(llm):
     rng = random.Random(7)
     bm = BlockManager(num_blocks=48, block_size=4, enable_prefix_caching=True)
-    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=32, enable_chunked_prefill=True)
+    sched = Scheduler(
+        bm,
+        max_num_seqs=8,
+        max_num_batched_tokens=32,
+        enable_chunked_prefill=True,
+        eos_token_ids=(),
+        max_model_len=1024,
+    )
     live: list[Sequence] = []
     shared = [rng.randrange(100) for _ in range(12)]  # a common prefix, for cache hits
     for step in range(600):
@@ -43,15 +54,12 @@ def test_random_adds_aborts_and_finishes_keep_accounting(llm):
             victim = rng.choice(live)
             sched.finish(victim, "abort")
             live.remove(victim)
-        for item in sched.schedule():
-            seq = item.seq
-            seq.num_computed_tokens += item.num_new_tokens
-            bm.cache_full_blocks(seq)
-            if item.samples:
-                seq.token_ids.append(rng.randrange(100))
-                if seq.num_output_tokens >= seq.params.max_tokens:
-                    sched.finish(seq, "length")
-                    live.remove(seq)
+        scheduled = sched.schedule()
+        new_tokens = [[rng.randrange(100)] for item in scheduled if item.samples]
+        for seq in sched.update(scheduled, new_tokens):
+            if seq.finished:
+                assert seq.finish_reason == "length"
+                live.remove(seq)
         _check_books(bm, live)
         if step > 500 and not live:
             break
@@ -99,3 +107,62 @@ def test_reset_prefix_cache_only_when_no_request_holds_blocks(llm):
     assert engine.reset_prefix_cache()
     assert llm.generate(PROMPTS[-1], greedy)[0].num_cached_tokens == 0
     assert llm.generate(PROMPTS[-1], greedy)[0].num_cached_tokens >= 16
+
+
+def _computed(
+    bm: BlockManager, llm: LLM, token_ids: list[int], salt: str | None = None
+) -> Sequence:
+    """A sequence whose prompt is all in the cache, its full blocks named for reuse."""
+    seq = llm.engine.make_sequence(token_ids, SamplingParams(max_tokens=1), cache_salt=salt)
+    assert bm.allocate(seq, len(token_ids))
+    seq.num_computed_tokens = len(token_ids)
+    bm.cache_full_blocks(seq)
+    return seq
+
+
+def _hits(bm: BlockManager, llm: LLM, token_ids: list[int], salt: str | None = None) -> int:
+    seq = llm.engine.make_sequence(token_ids, SamplingParams(max_tokens=1), cache_salt=salt)
+    return len(bm.find_cached_prefix(seq)[0])
+
+
+def test_equal_blocks_under_different_parents_never_share(llm):
+    bm = BlockManager(num_blocks=16, block_size=4, enable_prefix_caching=True)
+    a = _computed(bm, llm, [1, 2, 3, 4, 9, 9, 9, 9, 7])
+    b = _computed(bm, llm, [5, 6, 7, 8, 9, 9, 9, 9, 7])
+    # The second blocks hold the same tokens, but a block's KV depends on its whole prefix.
+    assert a.block_hashes[1] != b.block_hashes[1]
+    assert not set(a.block_table) & set(b.block_table)
+    assert _hits(bm, llm, [5, 6, 7, 8, 9, 9, 9, 9, 7]) == 2
+    assert _hits(bm, llm, [0, 6, 7, 8, 9, 9, 9, 9, 7]) == 0
+
+
+def test_equal_prompts_share_blocks_only_under_one_salt(llm):
+    bm = BlockManager(num_blocks=16, block_size=4, enable_prefix_caching=True)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5]
+    _computed(bm, llm, prompt, salt="tenant-a")
+    assert _hits(bm, llm, prompt, salt="tenant-a") == 2
+    assert _hits(bm, llm, prompt, salt="tenant-b") == 0
+    assert _hits(bm, llm, prompt, salt="") == 0
+    assert _hits(bm, llm, prompt) == 0
+    _computed(bm, llm, prompt)  # unsalted: its own chain
+    assert _hits(bm, llm, prompt) == 2
+    assert _hits(bm, llm, prompt, salt="tenant-b") == 0
+
+
+def test_block_hashes_do_not_depend_on_the_python_hash_seed():
+    # Python's own hash of a str (the salt's) changes with PYTHONHASHSEED; a block's
+    # name must be the same in every process.
+    code = (
+        "from engine.kv_cache import chain_hash, root_hash\n"
+        "print(chain_hash(root_hash('tenant-a'), [7] * 16).hex())"
+    )
+    root = Path(__file__).resolve().parents[2]
+    seen: set[str] = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        seen.add(out.stdout.strip())
+    assert seen == {chain_hash(root_hash("tenant-a"), [7] * 16).hex()}

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from engine import SamplingParams
-from engine.attention import SequenceSlice
-from engine.kv_cache import slot_of
+from engine.input_batch import BatchRow
 from engine.llm_engine import LLMEngine
 from engine.sampler import sampling_probs
 from engine.spec.verifier import verify_sampled
@@ -143,17 +142,19 @@ CHI2_19_P001 = 43.82  # chi-square, 19 degrees of freedom (the top-20 support), 
 def _prompt_logits(engine: LLMEngine, prompt: str, num_layers: int | None) -> torch.Tensor:
     """Next-token logits after prompt from the first num_layers layers (all when None)."""
     seq = engine.make_sequence(prompt, SamplingParams(max_tokens=1))
-    n, bs, runner = seq.num_tokens, engine.block_manager.block_size, engine.runner
-    assert engine.block_manager.allocate(seq, n)
+    runner = engine.runner
+    assert engine.block_manager.allocate(seq, seq.num_tokens)
     try:
-        table = seq.block_table
-        slots = torch.tensor([slot_of(table, p, bs) for p in range(n)])
-        meta = runner.attention.build_metadata([SequenceSlice(n, n, table)], slots, bs)
-        ids = torch.tensor(seq.token_ids)
+        step = runner.inputs.build([BatchRow(seq.token_ids, 0, seq.block_table, 1)])
         hidden = engine.model(
-            ids, torch.arange(n), runner.attention, runner.kv_caches, meta, num_layers
+            step.input_ids,
+            step.positions,
+            runner.attention,
+            runner.kv_caches,
+            step.attn_meta,
+            num_layers,
         )
-        return engine.model.compute_logits(hidden[-1:])[0]
+        return engine.model.compute_logits(hidden[step.logit_rows])[0]
     finally:
         engine.block_manager.free_sequence(seq)
 

@@ -1,0 +1,165 @@
+"""Builds a step's flat batch (token ids, positions, KV slots, block tables, logit rows)
+into persistent buffers.
+
+Every buffer is allocated once, sized for the largest step (max_num_batched_tokens
+tokens, max_num_seqs sequences), and a step uses views of its first rows: a step of
+a given size reads the same memory every time, as CUDA graph replay needs. The host
+side is written through numpy (pinned memory on CUDA) and copied to the device
+without blocking; on CPU both sides are one tensor.
+
+Rows go in the order the attention backend asks for (its short queries first); the
+logit rows come back in the order the rows were given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from engine.attention import AttentionBackend, AttentionBatch
+from engine.staged_buffer import StagedBuffer
+
+
+class BatchRow(NamedTuple):
+    """One sequence's part of a step."""
+
+    token_ids: list[int]  # its input tokens this step, proposed tokens included
+    start: int  # the position of the first
+    block_table: list[int]  # blocks for every position up to start + len(token_ids)
+    num_logits: int  # the last rows whose logits the step wants (0: none)
+
+
+@dataclass
+class ModelInputs:
+    """What the model's forward takes, and which of its output rows to keep."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    attn_meta: Any
+    logit_rows: torch.Tensor  # flat rows of the wanted logits, in the given rows' order
+
+
+class InputBatch:
+    """Builds each step's ModelInputs from BatchRows into persistent buffers."""
+
+    def __init__(
+        self,
+        attention: AttentionBackend,
+        block_size: int,
+        device: torch.device,
+        *,
+        max_num_tokens: int,
+        max_num_seqs: int,
+        max_model_len: int,
+    ) -> None:
+        if block_size % attention.block_size_multiple:
+            raise ValueError(
+                f"the {attention.name} attention backend needs a block size that is a "
+                f"multiple of {attention.block_size_multiple}, not {block_size}"
+            )
+        self.attention = attention
+        self.block_size = block_size
+        self.max_num_tokens = max_num_tokens
+        self.max_num_seqs = max_num_seqs
+        self.max_blocks = -(-max_model_len // block_size)  # blocks of the longest sequence
+        self.input_ids = StagedBuffer(max_num_tokens, device)
+        self.positions = StagedBuffer(max_num_tokens, device)
+        self.slot_mapping = StagedBuffer(max_num_tokens, device)
+        self.logit_rows = StagedBuffer(max_num_tokens, device)
+        # Row i of a step's [n, width] tables is entries i * width ..: the view is contiguous.
+        self.block_tables = StagedBuffer(max_num_seqs * self.max_blocks, device)
+        # Host only: what the attention metadata is derived from.
+        self.query_lens = np.zeros(max_num_seqs, dtype=np.int64)
+        self.starts = np.zeros(max_num_seqs, dtype=np.int64)
+        self.context_lens = np.zeros(max_num_seqs, dtype=np.int64)
+        self.query_start = np.zeros(max_num_seqs + 1, dtype=np.int64)  # [0] stays 0
+        self.table_lens = np.zeros(max_num_seqs, dtype=np.int64)
+        self.arange = np.arange(max_num_tokens, dtype=np.int64)  # a sequence has >= 1 token
+        self.metadata = attention.metadata_builder(max_num_seqs, self.max_blocks * block_size)
+        # The host buffers are rewritten by the next build: it first waits until this
+        # build's copies have read them (a step that samples syncs anyway, a step of
+        # prefill chunks alone does not).
+        self._copied = torch.cuda.Event() if device.type == "cuda" else None
+
+    def build(self, rows: list[BatchRow]) -> ModelInputs:
+        """The step's inputs: views of the buffers, valid until the next build."""
+        n = len(rows)
+        order = self._order(rows)
+        ids: list[int] = []
+        qlens: list[int] = []
+        starts: list[int] = []
+        tlens: list[int] = []
+        ends = [0] * n  # each given row's end in the flat batch
+        for i in order:
+            row = rows[i]
+            ids += row.token_ids
+            ends[i] = len(ids)
+            qlens.append(len(row.token_ids))
+            starts.append(row.start)
+            tlens.append(len(row.block_table))
+        num_tokens, width = len(ids), max(tlens)
+        if num_tokens > self.max_num_tokens or n > self.max_num_seqs or width > self.max_blocks:
+            raise ValueError(
+                f"a step of {num_tokens} tokens, {n} sequences and {width} blocks a sequence "
+                f"exceeds the input batch's {self.max_num_tokens}, {self.max_num_seqs} "
+                f"and {self.max_blocks}"
+            )
+        if self._copied is not None:
+            self._copied.synchronize()
+        bs = self.block_size
+        self.input_ids.np[:num_tokens] = ids
+        q, start, ctx = self.query_lens[:n], self.starts[:n], self.context_lens[:n]
+        q[:] = qlens
+        start[:] = starts
+        np.add(start, q, out=ctx)
+        query_start = self.query_start[: n + 1]
+        np.cumsum(q, out=query_start[1:])
+        self.table_lens[:n] = tlens
+        tables = self.block_tables.np[: n * width].reshape(n, width)
+        tables.fill(0)  # a shorter table's padding names block 0, masked like any padding
+        for j, i in enumerate(order):
+            table = rows[i].block_table
+            tables[j, : len(table)] = table
+        # A token's position is its row's start plus its offset in the row.
+        row_of = np.repeat(self.arange[:n], q)
+        positions = self.positions.np[:num_tokens]
+        np.add(self.arange[:num_tokens], (start - query_start[:n])[row_of], out=positions)
+        blocks = tables[row_of, positions // bs]
+        np.add(blocks * bs, positions % bs, out=self.slot_mapping.np[:num_tokens])
+        logit_rows: list[int] = []
+        for i, row in enumerate(rows):
+            if row.num_logits:
+                logit_rows += range(ends[i] - row.num_logits, ends[i])
+        self.logit_rows.np[: len(logit_rows)] = logit_rows
+        batch = AttentionBatch(
+            bs,
+            q,
+            ctx,
+            query_start,
+            self.table_lens[:n],
+            self.block_tables.copy(n * width).view(n, width),
+            self.slot_mapping.copy(num_tokens),
+        )
+        inputs = ModelInputs(
+            self.input_ids.copy(num_tokens),
+            self.positions.copy(num_tokens),
+            self.metadata.build(batch),
+            self.logit_rows.copy(len(logit_rows)),
+        )
+        if self._copied is not None:
+            self._copied.record()
+        return inputs
+
+    def _order(self, rows: list[BatchRow]) -> list[int]:
+        """The rows' indices in the backend's order: a stable partition that puts the
+        queries of at most max_short_query tokens first, when the backend asks."""
+        limit = self.attention.max_short_query
+        if not limit:
+            return list(range(len(rows)))
+        short = [i for i, row in enumerate(rows) if len(row.token_ids) <= limit]
+        if len(short) == len(rows):
+            return short
+        return short + [i for i, row in enumerate(rows) if len(row.token_ids) > limit]

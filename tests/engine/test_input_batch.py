@@ -1,0 +1,140 @@
+"""The input batch: persistent buffers, the backend's row order, slots and positions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.attention import TorchAttention
+from engine.config import DEFAULT_MODEL, resolve_model_path
+from engine.detokenizer import IncrementalDetokenizer
+from engine.input_batch import InputBatch
+from engine.kv_cache import BlockManager, slot_of
+from engine.loader import load_tokenizer
+from engine.model_runner import batch_row
+from engine.sampling_params import SamplingParams
+from engine.scheduler import ScheduledSequence
+from engine.sequence import Sequence
+from engine.tokenizer import Tokenizer
+
+BLOCK = 16
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return load_tokenizer(resolve_model_path(DEFAULT_MODEL))
+
+
+def _builder(max_num_tokens: int = 64, max_num_seqs: int = 8) -> InputBatch:
+    return InputBatch(
+        TorchAttention(CPU),
+        BLOCK,
+        CPU,
+        max_num_tokens=max_num_tokens,
+        max_num_seqs=max_num_seqs,
+        max_model_len=256,
+    )
+
+
+def _sequence(tokenizer: Tokenizer, name: str, num_tokens: int, computed: int) -> Sequence:
+    params = SamplingParams(max_tokens=16)
+    seq = Sequence(
+        name, list(range(100, 100 + num_tokens)), params, IncrementalDetokenizer(tokenizer, [])
+    )
+    seq.num_computed_tokens = computed
+    return seq
+
+
+def test_steps_of_one_size_reuse_the_same_buffers(tokenizer):
+    bm = BlockManager(32, BLOCK, enable_prefix_caching=False)
+    seqs = [_sequence(tokenizer, str(i), n, n - 1) for i, n in enumerate((5, 20, 40))]
+    for seq in seqs:
+        assert bm.allocate(seq, seq.num_tokens + 1)
+    builder = _builder()
+
+    def step() -> list[torch.Tensor]:
+        inputs = builder.build([batch_row(ScheduledSequence(s, 1)) for s in seqs])
+        short = inputs.attn_meta.short
+        return [
+            inputs.input_ids,
+            inputs.positions,
+            inputs.logit_rows,
+            inputs.attn_meta.slot_mapping,
+            short.block_tables,
+            short.pad_index,
+            short.unpad_index,
+        ]
+
+    first = [t.data_ptr() for t in step()]
+    positions = step()[1].tolist()
+    for seq in seqs:  # one decode step later: new tokens, new positions, same memory
+        seq.token_ids.append(7)
+        seq.num_computed_tokens += 1
+    second = step()
+    assert [t.data_ptr() for t in second] == first
+    assert second[1].tolist() == [p + 1 for p in positions]
+
+
+def test_rows_go_short_first_and_logits_come_back_in_the_given_order(tokenizer):
+    """A prompt's last chunk, a decode, a speculating decode and another decode,
+    scheduled in that order: the backend takes the short queries first."""
+    bm = BlockManager(32, BLOCK, enable_prefix_caching=False)
+    chunk = _sequence(tokenizer, "chunk", 36, 16)  # positions 16..35 this step
+    decode = _sequence(tokenizer, "decode", 21, 20)
+    spec = _sequence(tokenizer, "spec", 30, 29)
+    short = _sequence(tokenizer, "short", 5, 4)
+    # Interleaved allocations: the tables are not runs of consecutive blocks.
+    for seq, n in ((chunk, 16), (decode, 21), (chunk, 36), (spec, 33), (short, 5)):
+        assert bm.allocate(seq, n)
+    proposals = (7, 8, 9)
+    scheduled = [
+        ScheduledSequence(chunk, 20),
+        ScheduledSequence(decode, 1),
+        ScheduledSequence(spec, 1 + len(proposals), proposals),
+        ScheduledSequence(short, 1),
+    ]
+    inputs = _builder().build([batch_row(item) for item in scheduled])
+
+    # Built order: decode, spec, short (stable), then the chunk.
+    parts = [
+        (decode, [decode.token_ids[20]], range(20, 21)),
+        (spec, [spec.token_ids[29], *proposals], range(29, 33)),
+        (short, [short.token_ids[4]], range(4, 5)),
+        (chunk, chunk.token_ids[16:36], range(16, 36)),
+    ]
+    ids = [t for _, tokens, _ in parts for t in tokens]
+    positions = [p for _, _, span in parts for p in span]
+    slots = [slot_of(seq.block_table, p, BLOCK) for seq, _, span in parts for p in span]
+    assert inputs.input_ids.tolist() == ids
+    assert inputs.positions.tolist() == positions
+    assert inputs.attn_meta.slot_mapping.tolist() == slots
+    # Logit rows in the scheduled order: the chunk's last row, the decode's, the
+    # speculating row's last token and each proposal, the short decode's.
+    assert inputs.logit_rows.tolist() == [25, 0, 1, 2, 3, 4, 5]
+    meta = inputs.attn_meta
+    assert meta.short.num_tokens == 6
+    # Tables of 2, 3 and 1 blocks, padded with block 0 to the widest.
+    assert meta.short.block_tables.tolist() == [
+        [*decode.block_table, 0],
+        spec.block_table,
+        [*short.block_table, 0, 0],
+    ]
+    [c] = meta.chunks
+    assert (c.start, c.end) == (6, 26)
+    assert c.block_ids.tolist() == chunk.block_table
+
+
+def test_a_block_size_the_backend_cannot_take_is_refused():
+    with pytest.raises(ValueError, match="multiple of 16"):
+        InputBatch(
+            TorchAttention(CPU), 8, CPU, max_num_tokens=64, max_num_seqs=8, max_model_len=256
+        )
+
+
+def test_a_step_over_the_sizes_is_refused(tokenizer):
+    bm = BlockManager(32, BLOCK, enable_prefix_caching=False)
+    seq = _sequence(tokenizer, "long", 40, 0)
+    assert bm.allocate(seq, 40)
+    with pytest.raises(ValueError, match="40 tokens"):
+        _builder(max_num_tokens=32).build([batch_row(ScheduledSequence(seq, 40))])

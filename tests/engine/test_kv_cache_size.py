@@ -1,0 +1,88 @@
+"""KV cache sizing: as configured, else a share of the RAM /proc/meminfo says is available."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from engine import LLM, EngineConfig
+from engine.kv_cache import kv_cache_bytes_per_block
+from engine.kv_cache_size import (
+    GiB,
+    MiB,
+    available_ram,
+    kv_cache_num_blocks,
+    profile_forward,
+    share_of_ram,
+)
+
+
+def _bytes_per_block(llm: LLM, config: EngineConfig) -> int:
+    cfg = llm.engine.model_config
+    return kv_cache_bytes_per_block(
+        cfg.num_layers, config.block_size, cfg.num_kv_heads, cfg.head_dim, config.torch_dtype
+    )
+
+
+def _meminfo_kib(field: str) -> int:
+    with open("/proc/meminfo") as meminfo:
+        return next(int(line.split()[1]) for line in meminfo if line.startswith(f"{field}:"))
+
+
+def test_available_ram_is_meminfo_in_bytes():
+    available = available_ram()
+    assert 0 < available <= _meminfo_kib("MemTotal") * 1024
+    # The machine is shared: allow for others' allocations between the two reads.
+    assert available == pytest.approx(_meminfo_kib("MemAvailable") * 1024, rel=0.1)
+
+
+def test_share_of_ram_counts_whole_blocks_of_the_share():
+    assert share_of_ram(10 * GiB, 0.1, 1 << 20) == (
+        1024,
+        "1.0 GiB: 10% of 10.0 GiB available RAM",
+    )
+    assert share_of_ram(10 * GiB, 0.25, 3 << 20)[0] == 10 * GiB // 4 // (3 << 20)
+    # At least one block, even past the share.
+    assert share_of_ram(MiB, 0.1, MiB) == (1, "1.0 MiB: 10% of 1.0 MiB available RAM")
+
+
+def test_explicit_blocks_win_then_explicit_bytes(llm):
+    model = llm.engine.model
+    config = EngineConfig(num_kv_blocks=7, kv_cache_memory=1 << 30)
+    num_blocks, how = kv_cache_num_blocks(config, model, 64)
+    assert num_blocks == 7 and how.endswith(": num_kv_blocks")
+    per_block = _bytes_per_block(llm, config)
+    config = EngineConfig(kv_cache_memory=5 * per_block + 1)
+    assert kv_cache_num_blocks(config, model, 64) == (5, "3.5 MiB: kv_cache_memory")
+    assert kv_cache_num_blocks(EngineConfig(kv_cache_memory=1), model, 64)[0] == 1
+
+
+def test_cpu_default_is_a_tenth_of_available_ram(llm):
+    config = EngineConfig()
+    assert config.device == "cpu" and config.kv_cache_memory_fraction == 0.1
+    num_blocks, how = kv_cache_num_blocks(config, llm.engine.model, 64)
+    expected = available_ram() * 0.1 / _bytes_per_block(llm, config)
+    assert num_blocks == pytest.approx(expected, rel=0.1)
+    assert re.fullmatch(r"[\d.]+ [MG]iB: 10% of [\d.]+ [MG]iB available RAM", how), how
+    half, _ = kv_cache_num_blocks(EngineConfig(kv_cache_memory_fraction=0.05), llm.engine.model, 64)
+    assert half == pytest.approx(num_blocks / 2, rel=0.1)
+
+
+@pytest.mark.parametrize("name", ["kv_cache_memory_fraction", "gpu_memory_utilization"])
+@pytest.mark.parametrize("value", [0.0, -0.1, 1.5, math.nan])
+def test_fractions_outside_zero_to_one_are_a_clear_error(name, value):
+    with pytest.raises(ValueError, match=rf"{name} must be in \(0, 1\]"):
+        EngineConfig(**{name: value})
+
+
+def test_a_whole_share_is_allowed_and_no_bytes_are_not():
+    assert EngineConfig(kv_cache_memory_fraction=1.0, gpu_memory_utilization=1.0)
+    with pytest.raises(ValueError, match="kv_cache_memory must be >= 1"):
+        EngineConfig(kv_cache_memory=0)
+
+
+def test_profile_forward_runs_a_step_that_is_not_whole_blocks(llm):
+    # CUDA sizing runs it before measuring free memory; on CPU it must at least run.
+    profile_forward(llm.engine.model, llm.engine.config, 40)
