@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from engine import SamplingParams
 from engine.config import resolve_model_path
+from engine.disk_cache import cache_dir
 from engine.llm_engine import LLMEngine
 from engine.scheduler import ScheduledSequence
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # Greedy, EOS ignored: what the engine tests generate per prompt. The scheduling-
 # invariance tests run each prompt alone first, one decode step per token.
@@ -20,12 +33,58 @@ def hf_reference():
     """transformers' own GGUF loader (dequantised to float32): the reference model."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    where = hf_reference_dir()
+    if where.is_dir():
+        tokenizer = AutoTokenizer.from_pretrained(where)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32)
+        return model.eval(), tokenizer
     path = resolve_model_path("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(
         path.parent, gguf_file=path.name, dtype=torch.float32
     )
+    save_hf_directory(model, tokenizer, where)
     return model.eval(), tokenizer
+
+
+def hf_reference_dir() -> Path:
+    """Where transformers' GGUF load of the bundled model is kept as a Hugging Face
+    directory: dequantising the GGUF takes transformers about 10 s, reading the saved
+    safetensors about 1. Keyed by the GGUF file (path, size, mtime) and transformers'
+    version, so the reference is still what transformers makes of that very file."""
+    import transformers
+
+    path = resolve_model_path("smollm2-135m-instruct")
+    stat = path.stat()
+    key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}:{transformers.__version__}"
+    return cache_dir() / "hf-reference" / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def save_hf_directory(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, where: Path
+) -> None:
+    """config.json + model.safetensors + the tokenizer's files, written beside `where`
+    and renamed onto it, so no reader sees half a directory."""
+    where.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(dir=where.parent, suffix=".tmp"))
+    try:
+        # save_pretrained refuses models that came from GGUF, so write the files directly.
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        (temp / "config.json").write_text(json.dumps(config))
+        tied = config.get("tie_word_embeddings", False)
+        state = {
+            name: tensor.contiguous().clone()
+            for name, tensor in model.state_dict().items()
+            if not (tied and name == "lm_head.weight")
+        }
+        save_file(state, temp / "model.safetensors")
+        tokenizer.save_pretrained(temp)
+        os.replace(temp, where)
+    except OSError:
+        pass  # another session wrote it first, or the cache is read-only: reuse is lost
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
-from safetensors.torch import save_file
 
 from engine import LLM, EngineConfig
 from engine.config import resolve_model_path
 from engine.loader import TORCH_DEQUANTIZERS
-from tests.engine.conftest import GREEDY_32
+from tests.engine.conftest import GREEDY_32, hf_reference_dir, save_hf_directory
 from tests.engine.prompts import PROMPTS
 
 
@@ -33,23 +30,14 @@ def test_model_config_comes_from_gguf_metadata(llm):
 
 
 @pytest.fixture(scope="module")
-def hf_dir(tmp_path_factory, hf_reference):
-    """The same model saved by transformers as config.json + safetensors + tokenizer.json."""
-    model, tokenizer = hf_reference
-    path = tmp_path_factory.mktemp("smollm2-hf")
-    # save_pretrained refuses models that came from GGUF, so write the files directly.
-    config = model.config.to_dict()
-    config.pop("quantization_config", None)
-    (path / "config.json").write_text(json.dumps(config))
-    tied = config.get("tie_word_embeddings", False)
-    state = {
-        name: tensor.contiguous().clone()
-        for name, tensor in model.state_dict().items()
-        if not (tied and name == "lm_head.weight")
-    }
-    save_file(state, path / "model.safetensors")
-    tokenizer.save_pretrained(path)
-    return path
+def hf_dir(hf_reference, tmp_path_factory):
+    """The same model saved from transformers as config.json + safetensors + tokenizer.json
+    (the reference fixture keeps that directory, unless the cache cannot be written)."""
+    where = hf_reference_dir()
+    if not where.is_dir():
+        where = tmp_path_factory.mktemp("smollm2") / "hf"
+        save_hf_directory(*hf_reference, where)
+    return where
 
 
 def test_hugging_face_directory_gives_the_same_outputs(hf_dir, llm):
