@@ -17,13 +17,13 @@ import socket
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.logs import current_format, formatter
-from engine.metrics import EngineStats
+from engine.metrics import EngineStats, RequestMetrics
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 
@@ -59,32 +59,24 @@ class CoreOutput:
 
     request_id: str
     new_token_ids: list[int]
-    new_token_times: list[float]
     delta_text: str
     finished: bool
     finish_reason: str | None
     stop_reason: str | None
-    first_scheduled_time: float | None
-    finished_time: float | None
-    num_cached_tokens: int
-    num_preemptions: int
+    metrics: RequestMetrics  # its token_times: those of the new tokens only
 
     @classmethod
     def of(cls, out: RequestOutput) -> CoreOutput:
         m = out.metrics
-        new = len(out.delta_token_ids)
+        new_times = m.token_times[len(m.token_times) - len(out.delta_token_ids) :]
         return cls(
             out.request_id,
             out.delta_token_ids,
-            m.token_times[len(m.token_times) - new :],
             out.delta_text,
             out.finished,
             out.finish_reason,
             out.stop_reason,
-            m.first_scheduled_time,
-            m.finished_time,
-            m.num_cached_tokens,
-            m.num_preemptions,
+            replace(m, token_times=new_times),
         )
 
 

@@ -9,6 +9,7 @@ import subprocess
 import threading
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from engine.config import EngineConfig
@@ -247,12 +248,9 @@ class _Stream:
     def apply(self, out: CoreOutput) -> RequestOutput:
         self.token_ids += out.new_token_ids
         self.text += out.delta_text
-        m = self.metrics
-        m.token_times += out.new_token_times
-        m.first_scheduled_time = out.first_scheduled_time
-        m.finished_time = out.finished_time
-        m.num_cached_tokens = out.num_cached_tokens
-        m.num_preemptions = out.num_preemptions
+        token_times = self.metrics.token_times  # kept here: only new times travel
+        token_times += out.metrics.token_times
+        m = self.metrics = replace(out.metrics, token_times=token_times)
         return RequestOutput(
             request_id=self.request_id,
             prompt_token_ids=self.prompt_token_ids,

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RequestMetrics:
-    """Wall-clock timestamps (time.perf_counter) of one request's life."""
+    """Where one request's time went: timestamps (time.perf_counter, the same clock in
+    every process) and what the engine did for it. Phases as vLLM's request metrics:
+    queued (arrival -> first scheduled), prefill (first scheduled -> first token),
+    decode (first token -> last token)."""
 
     arrival_time: float = field(default_factory=time.perf_counter)
     first_scheduled_time: float | None = None
@@ -17,6 +20,13 @@ class RequestMetrics:
     finished_time: float | None = None
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
     num_preemptions: int = 0
+    num_preempted_tokens: int = 0  # computed tokens whose KV preemptions dropped
+    # Before its first token: steps that computed a chunk of its prompt, and steps
+    # that gave it nothing because the token budget went to other requests.
+    num_prefill_chunks: int = 0
+    num_prefill_steps_waited: int = 0
+    spec_draft_tokens: int = 0  # tokens proposed for it
+    spec_accepted_tokens: int = 0  # of which kept
 
     @property
     def queue_time(self) -> float | None:
@@ -28,6 +38,25 @@ class RequestMetrics:
     def ttft(self) -> float | None:
         """Time to first token, in seconds."""
         return self.token_times[0] - self.arrival_time if self.token_times else None
+
+    @property
+    def prefill_time(self) -> float | None:
+        """First scheduled to first token: its own chunks and the steps it waited."""
+        if self.first_scheduled_time is None or not self.token_times:
+            return None
+        return self.token_times[0] - self.first_scheduled_time
+
+    @property
+    def decode_time(self) -> float | None:
+        """First token to last token."""
+        return self.token_times[-1] - self.token_times[0] if self.token_times else None
+
+    @property
+    def inference_time(self) -> float | None:
+        """Prefill plus decode: first scheduled to last token."""
+        if self.first_scheduled_time is None or not self.token_times:
+            return None
+        return self.token_times[-1] - self.first_scheduled_time
 
     @property
     def itl(self) -> list[float]:

@@ -102,6 +102,11 @@ class Scheduler:
             else:
                 scheduled.append(ScheduledSequence(seq, num_new, spec))
                 budget -= num_new
+        # Admitted prompts the budget did not reach this step wait behind other work.
+        served = {id(item.seq) for item in scheduled}
+        for seq in self.running:
+            if not seq.metrics.token_times and id(seq) not in served:
+                seq.metrics.num_prefill_steps_waited += 1
         # New requests only when nothing had to be preempted for the running ones.
         while (
             self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not preempted
@@ -134,6 +139,7 @@ class Scheduler:
         self.running.remove(seq)
         self.block_manager.free_sequence(seq)
         seq.status = Status.WAITING
+        seq.metrics.num_preempted_tokens += seq.num_computed_tokens
         seq.num_computed_tokens = 0
         seq.spec_token_ids = []
         seq.metrics.num_preemptions += 1
@@ -151,6 +157,8 @@ class Scheduler:
         sampled: list[Sequence] = []
         for item in scheduled:
             seq = item.seq
+            if not seq.metrics.token_times:
+                seq.metrics.num_prefill_chunks += 1
             if not item.samples:
                 seq.num_computed_tokens += item.num_new_tokens
                 self.block_manager.cache_full_blocks(seq)

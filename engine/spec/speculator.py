@@ -57,6 +57,8 @@ class Speculator:
         self.stats.spec_num_drafts += 1
         self.stats.spec_draft_tokens += num_drafts
         self.stats.spec_accepted_tokens += accepted
+        seq.metrics.spec_draft_tokens += num_drafts
+        seq.metrics.spec_accepted_tokens += accepted
 
     def observe_step(self, num_tokens: int, seconds: float) -> None:
         self.policy.observe_step(num_tokens, seconds)

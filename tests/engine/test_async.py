@@ -110,6 +110,10 @@ def test_outputs_carry_the_whole_request_so_far_and_its_timings(async_llm):
     m = last.metrics
     assert len(m.token_times) == 8 and m.ttft > 0 and m.e2e >= m.ttft
     assert m.queue_time is not None and m.queue_time >= 0
+    # The phases, from the engine core: queued, prefill (one chunk), decode.
+    assert m.num_prefill_chunks == 1 and m.num_prefill_steps_waited == 0
+    assert m.queue_time + m.prefill_time == pytest.approx(m.ttft)
+    assert m.decode_time == m.token_times[-1] - m.token_times[0] > 0
 
 
 def test_a_load_failure_is_raised_by_the_constructor():

@@ -34,12 +34,18 @@ def test_chunked_prefill_on_and_off(make_llm, alone):
 def test_long_prompt_is_split_across_steps(make_llm):
     llm = make_llm(enable_chunked_prefill=True, max_num_batched_tokens=24, max_num_seqs=16)
     engine = llm.engine
-    engine.add_request(PROMPTS[-1] * 3, SamplingParams(max_tokens=1, temperature=0.0))
+    engine.add_request(PROMPTS[-1] * 3, SamplingParams(max_tokens=2, temperature=0.0))
     steps = 0
+    outputs = []
     while engine.has_unfinished():
-        engine.step()
+        outputs += engine.step()
         steps += 1
-    assert steps >= 3  # a 100+ token prompt under a 24-token budget
+    # A long prompt under a 24-token budget: chunks, then its first token with the
+    # last chunk, then one decode step.
+    m = outputs[-1].metrics
+    assert m.num_prefill_chunks == steps - 1 >= 3
+    assert m.num_prefill_steps_waited == 0 and m.num_preemptions == 0
+    assert 0 < m.prefill_time <= m.ttft and m.decode_time > 0
 
 
 def test_prefix_caching_on_and_off(make_llm, alone):
@@ -77,6 +83,10 @@ def test_preemption_by_recompute_keeps_outputs(make_llm, alone):
     outputs = llm.generate(PROMPTS[:16], GREEDY_32)
     assert llm.engine.scheduler.num_preemptions > 0
     assert [o.token_ids for o in outputs] == alone[:16]
+    # Each request says what preemption cost it.
+    preempted = [o.metrics for o in outputs if o.metrics.num_preemptions]
+    assert sum(m.num_preemptions for m in preempted) == llm.engine.scheduler.num_preemptions
+    assert all(m.num_preempted_tokens > 0 for m in preempted)
     assert llm.engine.block_manager.num_free_blocks == 24
 
 

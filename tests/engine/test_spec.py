@@ -58,6 +58,9 @@ def test_greedy_is_token_for_token_identical(make_llm, reference, name):
     stats = spec.engine.get_stats()
     assert stats.spec_draft_tokens > before  # it did speculate in the mixed batch
     assert 0 < stats.spec_accepted_tokens <= stats.spec_draft_tokens
+    # Each request's own counts add up to the engine's.
+    assert sum(o.metrics.spec_draft_tokens for o in batch) == stats.spec_draft_tokens - before
+    assert sum(o.metrics.spec_accepted_tokens for o in batch) <= stats.spec_accepted_tokens
     assert stats.spec_mean_accepted_length > 1.0
     assert stats.num_running == stats.num_waiting == 0
     assert spec.engine.block_manager.usage == 0.0  # every block came back
