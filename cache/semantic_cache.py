@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import tempfile
+import time
 from collections.abc import AsyncGenerator, Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
@@ -75,6 +76,7 @@ class LookupResult:
     candidates: list[CheckedCandidate] = field(default_factory=list)
     vector: np.ndarray | None = None
     exact_key: str | None = None  # the entry id this question has in its scope
+    embed_seconds: float | None = None  # the question's embedding, when it was embedded
 
     @property
     def best(self) -> CheckedCandidate | None:
@@ -201,7 +203,9 @@ class SemanticCache:
         if not await _sized(question, self.embedder.fits, question):
             result.reason = "prompt longer than the embedder's window: exact tier only"
             return result
+        embedding = time.perf_counter()
         result.vector = await self.embedder.embed(question)
+        result.embed_seconds = time.perf_counter() - embedding
         for candidate in await self.store.search(result.scope, result.vector, k):
             above = candidate.similarity >= result.threshold
             servable = accept is None or accept(candidate.entry)

@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import msgspec
@@ -29,6 +29,7 @@ from cache import (
     SemanticCache,
 )
 from cache.store import CacheEntry, Candidate
+from gateway import server_timing
 from gateway.auth import OPEN_TENANT
 from gateway.early_start import EarlyStart
 from gateway.errors import APIError
@@ -81,6 +82,9 @@ class Answer:
     cache_status: str  # "hit" | "miss" | "bypass"
     deltas: AsyncGenerator[Delta, None]
     headers: dict[str, str] = field(default_factory=dict)
+    # Known as the response starts (a stream's Server-Timing): the gateway's own timings
+    # and the first delta's. The final delta carries them all.
+    timings: server_timing.Timings = field(default_factory=dict)
 
 
 def _text(message: ChatMessage) -> str:
@@ -230,6 +234,7 @@ class ChatService:
         )
         lookup: LookupResult | None = None
         early: EarlyStart | None = None
+        own: server_timing.Timings = {}  # the gateway's own timings: cache, embed
         if self.cache is not None and directives.lookup:
             if self.early_start:
                 early = EarlyStart(self.upstream.stream(job))
@@ -238,13 +243,18 @@ class ChatService:
                 await asyncio.sleep(0)
             try:
                 accept = partial(_servable, job, directives.max_age)
+                asked = time.perf_counter()
                 lookup = await self.cache.lookup(cache_request, accept=accept)
             except BaseException:
                 await self._abort_early(early)
                 raise
+            if lookup.status != "bypass":  # a policy bypass never asked the cache
+                own["cache"] = (time.perf_counter() - asked) * 1000
+                if lookup.embed_seconds is not None:
+                    own["embed"] = lookup.embed_seconds * 1000
             if lookup.hit is not None:
                 await self._abort_early(early)
-                return self._replay(answer_id, job, lookup.hit, started)
+                return self._replay(answer_id, job, lookup.hit, started, own)
         # An answer cut at one of this request's stop sequences also ends with "stop",
         # but it is not the whole answer to the question: never store those.
         store = self.cache is not None and directives.store and not job.stop
@@ -269,13 +279,14 @@ class ChatService:
             )
             if not leader:
                 headers["X-Cache-Coalesced"] = "true"
-                deltas = _flight_errors(deltas)
+                deltas = _followed(deltas)
                 await self._abort_early(early)  # the flight we follow does the work
         else:
             deltas = produce()
         first = await _first(deltas)  # raises the upstream's refusal as an APIError
-        timed = self._timed(first, deltas, job.model, status, started)
-        return Answer(answer_id, job.model, int(time.time()), status, timed, headers)
+        timed = self._timed(first, deltas, job.model, status, started, own)
+        timings = server_timing.merge(own, first.timings)
+        return Answer(answer_id, job.model, int(time.time()), status, timed, headers, timings)
 
     async def _abort_early(self, early: EarlyStart | None) -> None:
         if early is not None:
@@ -293,7 +304,14 @@ class ChatService:
         if self._stores:
             await asyncio.wait(set(self._stores), timeout=timeout)
 
-    def _replay(self, answer_id: str, job: ChatJob, hit: Candidate, started: float) -> Answer:
+    def _replay(
+        self,
+        answer_id: str,
+        job: ChatJob,
+        hit: Candidate,
+        started: float,
+        own: server_timing.Timings,
+    ) -> Answer:
         entry = hit.entry
         headers = {
             "X-Cache-Similarity": f"{hit.similarity:.4f}",
@@ -319,8 +337,8 @@ class ChatService:
                 completion_tokens=int(completion or 0),
             )
 
-        timed = self._timed(Delta(entry.response), final(), job.model, "hit", started)
-        return Answer(answer_id, job.model, int(time.time()), "hit", timed, headers)
+        timed = self._timed(Delta(entry.response), final(), job.model, "hit", started, own)
+        return Answer(answer_id, job.model, int(time.time()), "hit", timed, headers, own)
 
     async def _produce(
         self,
@@ -383,11 +401,13 @@ class ChatService:
         model: str,
         status: str,
         started: float,
+        own: server_timing.Timings,
     ) -> AsyncGenerator[Delta, None]:
         """`first`, then `rest`, observing TTFT, ITL and e2e for /metrics on the way. Ends
         at the final delta (what follows it upstream, such as storing the answer, is no
-        concern of this client); closing it closes `rest`, which aborts the upstream
-        request or leaves the flight."""
+        concern of this client), which leaves with every timing: `own` (the gateway's)
+        and the upstream's. Closing it closes `rest`, which aborts the upstream request
+        or leaves the flight."""
         labels = (model, status)
         last: float | None = None
         finish = "abort"
@@ -401,6 +421,9 @@ class ChatService:
                     else:
                         self.metrics.itl.labels(*labels).observe(now - last)
                     last = now
+                if delta.finish_reason is not None:
+                    timings = server_timing.merge(own, delta.timings)
+                    delta = replace(delta, timings=timings or None)
                 yield delta
                 if delta.finish_reason is not None:
                     finish = delta.finish_reason
@@ -412,12 +435,14 @@ class ChatService:
             await rest.aclose()
 
 
-async def _flight_errors(deltas: AsyncGenerator[Delta, None]) -> AsyncGenerator[Delta, None]:
-    """A followed flight of another process reports its leader's failure as text only:
-    the client gets it as an upstream error (502)."""
+async def _followed(deltas: AsyncGenerator[Delta, None]) -> AsyncGenerator[Delta, None]:
+    """A followed flight's answer, as its follower's. The upstream's timings are dropped:
+    they are the leader's request's, which began before this one. A flight of another
+    process reports its leader's failure as text only: the client gets it as an upstream
+    error (502)."""
     try:
         async for delta in deltas:
-            yield delta
+            yield replace(delta, timings=None) if delta.timings is not None else delta
     except (FlightError, FlightLost) as exc:
         message = f"the answer this request followed failed: {exc}"
         raise APIError(502, message, "upstream_error") from exc

@@ -1,7 +1,7 @@
 """Prometheus metrics, named after vLLM's with a `semgate_` prefix. Request latencies
-are observed by the gateway (labelled by model and cache status); engine gauges, the
-upstreams' health and cache counters are read from their owners at scrape time, so they
-can never drift."""
+are observed by the gateway (labelled by model and cache status), the in-process
+engine's request phases as its requests finish; engine gauges, the upstreams' health and
+cache counters are read from their owners at scrape time, so they can never drift."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from cache import CacheStats
 from cache.stats import SIMILARITY_BUCKETS
+from engine import RequestMetrics
 from gateway.upstream import EngineGauges, UpstreamHealth
 
 # A `_created` series beside every counter doubles what Prometheus stores for nothing
@@ -36,6 +37,12 @@ disable_created_metrics()
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.04, 0.06, 0.08, 0.1, 0.125,
                    0.15, 0.175, 0.2, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
                    80.0, 160.0, 320.0, 640.0)  # fmt: skip
+# The engine's request phases: vLLM's bounds (its request_latency_buckets, so that `le`
+# selectors written for vLLM's histograms select the same here), and finer ones below
+# its first, 0.3 s, where a CPU engine's queue and prefill times fall.
+PHASE_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25,
+                 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+                 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 
 
 class CacheHealth(NamedTuple):
@@ -219,6 +226,23 @@ class GatewayMetrics:
             registry=self.registry,
             buckets=LATENCY_BUCKETS,
         )
+        # vLLM's request phases, observed as each in-process engine request finishes
+        # (remote engines export their own).
+        self.phases = {
+            phase: Histogram(
+                f"semgate_request_{phase}_time_seconds",
+                doc,
+                ["model_name"],
+                registry=self.registry,
+                buckets=PHASE_BUCKETS,
+            )
+            for phase, doc in (
+                ("queue", "Time a request waited for the engine: arrival to first scheduled."),
+                ("prefill", "Time from a request's first scheduling to its first token."),
+                ("decode", "Time from a request's first token to its last."),
+                ("inference", "Time from a request's first scheduling to its last token."),
+            )
+        }
         self.requests = Counter(
             "semgate_requests",
             "Chat requests answered, by model, cache status and finish reason.",
@@ -252,6 +276,17 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self.registry.register(_LiveCollector(gauges, cache_stats, cache_health, upstream_health))
+
+    def observe_engine_request(self, model: str, m: RequestMetrics) -> None:
+        """A finished in-process engine request's phases (those it went through)."""
+        for phase, seconds in (
+            ("queue", m.queue_time),
+            ("prefill", m.prefill_time),
+            ("decode", m.decode_time),
+            ("inference", m.inference_time),
+        ):
+            if seconds is not None:
+                self.phases[phase].labels(model).observe(seconds)
 
 
 async def count_response(message: Message, scope: Scope) -> None:

@@ -1,7 +1,7 @@
 """What the OpenAPI document says about responses, so that it says what the server
 sends: OpenAI's error object for every error status (never Litestar's default
 `{status_code, detail, extra}`, which no client of this server receives), the chat
-answer as JSON or as an SSE stream of chunks, and the cache headers."""
+answer as JSON or as an SSE stream of chunks, and its headers."""
 
 from __future__ import annotations
 
@@ -52,14 +52,18 @@ CHAT_RESPONSES = {
     **error_responses(),
 }
 
-# Sent with every chat answer; the OpenAPI document lists them on its 200.
-CACHE_HEADERS = {
+# Sent with chat answers; the OpenAPI document lists them on its 200.
+ANSWER_HEADERS = {
     "X-Cache-Status": "Hit, Miss (the cache was asked) or Bypass (it was not)",
     "X-Cache-Similarity": "On a hit: the cached question's similarity (1.0 for the exact tier)",
     "X-Cache-Entry": "On a hit: the entry's id",
     "Age": "On a hit: seconds since the answer was stored",
     "X-Cache-Coalesced": "true when this miss followed an equivalent request in flight",
     "x-request-id": "The client's own request id (if sane), else a fresh one",
+    "Server-Timing": "Where the time went, in milliseconds (`cache;dur=3.1, embed;dur=1.2, "
+    "queue;dur=12.0, prefill;dur=184.2, decode;dur=2210.5`): the cache lookup and its "
+    "embedding, and the engine's phases; a stream's has what is known as it starts (its "
+    "last chunk has them all, as `timings`)",
 }
 
 
@@ -73,7 +77,7 @@ class ChatOperation(Operation):
             string = Schema(type=OpenAPIType.STRING)
             ok.headers = {
                 name: OpenAPIHeader(schema=string, description=text)
-                for name, text in CACHE_HEADERS.items()
+                for name, text in ANSWER_HEADERS.items()
             }
             ok.content = dict(ok.content or {})
             ok.content["text/event-stream"] = OpenAPIMediaType(
@@ -81,7 +85,9 @@ class ChatOperation(Operation):
                     type=OpenAPIType.STRING,
                     description="`data: {ChatCompletionChunk}` events: the role, content "
                     "deltas, one with finish_reason, the usage when "
-                    "stream_options.include_usage, then `data: [DONE]`; a failure after "
+                    "stream_options.include_usage, then `data: [DONE]`; the last chunk "
+                    "before [DONE] has `timings`, Server-Timing's durations as an object "
+                    '(`{"cache": 3.1, "queue": 12.0, ...}`, milliseconds); a failure after '
                     "the first chunk is one `data: {error}` event before [DONE]",
                 )
             )

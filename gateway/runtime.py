@@ -32,30 +32,34 @@ CACHE_RETRY_SECONDS = (1, 2, 5, 10, 30)
 STORE_DRAIN_SECONDS = 5.0  # at shutdown, for answers still being written to the cache
 
 
-def build_upstream(settings: Settings) -> Upstream:
+def build_upstream(settings: Settings, metrics: GatewayMetrics) -> Upstream:
     if settings.upstreams:
         return HttpUpstream(
             settings.upstreams, timeout=settings.upstream_timeout, api_key=settings.upstream_api_key
         )
     engine = settings.engine
-    return InProcessEngine(engine.config(), max_waiting=engine.max_waiting)
+    return InProcessEngine(
+        engine.config(), max_waiting=engine.max_waiting, observe=metrics.observe_engine_request
+    )
 
 
 class Runtime:
     def __init__(self, settings: Settings, upstream: Upstream | None = None) -> None:
         self.settings = settings
-        self.upstream = upstream or build_upstream(settings)
         self.keyring = Keyring(settings.api_keys, settings.admin_key)
         self.cache_on = settings.cache
         self.cache: SemanticCache | None = None
         self.redis: RedisSupervisor | None = None  # set with `cache`
         self.shared: SharedAdmin | None = None  # thresholds and stats across replicas
+        # Before the upstream, which observes its requests' phases into it; it reads the
+        # upstream only when scraped.
         self.metrics = GatewayMetrics(
-            self.upstream.gauges,
+            lambda: self.upstream.gauges(),
             lambda: self.cache.stats if self.cache else None,
             self.cache_health,
-            self.upstream.health,
+            lambda: self.upstream.health(),
         )
+        self.upstream = upstream or build_upstream(settings, self.metrics)
         # Early starts only where a hit aborts them cheaply: against remote upstreams
         # every hit would cost them a request.
         early = settings.early_start and self.upstream.cheap_abort

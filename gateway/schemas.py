@@ -117,6 +117,9 @@ class ChatCompletionChunk(msgspec.Struct):
     choices: list[ChunkChoice]
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     usage: Usage | None = None
+    # The gateway's own: on the last chunk, where the answer's time went (milliseconds
+    # by Server-Timing name: cache, embed, queue, prefill, decode); absent elsewhere.
+    timings: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
 
 
 class ErrorBody(msgspec.Struct):

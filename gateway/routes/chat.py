@@ -1,5 +1,5 @@
 """POST /v1/chat/completions (on the /v1 router, gateway/app.py): JSON or SSE, with the
-cache status in the headers."""
+cache status and the Server-Timing in the headers."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from litestar import Request, Response, post
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent
 
+from gateway import server_timing
 from gateway.completions import Answer, CacheDirectives, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import APIError
@@ -42,7 +43,8 @@ def _usage(final: Delta | None) -> Usage:
     return Usage(prompt, completion, prompt + completion)
 
 
-async def _collect(answer: Answer) -> ChatCompletion:
+async def _collect(answer: Answer) -> tuple[ChatCompletion, server_timing.Timings]:
+    """The whole answer, and its timings (the final delta's)."""
     parts: list[str] = []
     final: Delta | None = None
     async for delta in answer.deltas:
@@ -51,19 +53,33 @@ async def _collect(answer: Answer) -> ChatCompletion:
             final = delta
     message = ResponseMessage("assistant", "".join(parts))
     finish = final.finish_reason if final else None
-    return ChatCompletion(
+    completion = ChatCompletion(
         answer.id, answer.created, answer.model, [Choice(0, message, finish)], _usage(final)
     )
+    return completion, (final.timings if final else None) or {}
+
+
+def _timings(final: Delta | None) -> server_timing.Timings | msgspec.UnsetType:
+    """The final chunk's `timings` object: absent when there are none."""
+    if final is None or not final.timings:
+        return msgspec.UNSET
+    return server_timing.rounded(final.timings)
 
 
 async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
     """OpenAI's chunk sequence: role, content deltas, finish_reason, usage (if asked),
-    [DONE]. A failure after the first chunk becomes an error event, never a silent end."""
+    [DONE]. The last chunk before [DONE] (the usage, else the finish_reason) carries the
+    answer's timings. A failure after the first chunk becomes an error event, never a
+    silent end."""
 
-    def chunk(delta: DeltaMessage, finish: str | None = None) -> str:
+    def chunk(
+        delta: DeltaMessage,
+        finish: str | None = None,
+        timings: server_timing.Timings | msgspec.UnsetType = msgspec.UNSET,
+    ) -> str:
         choice = ChunkChoice(0, delta, finish)
         return msgspec.json.encode(
-            ChatCompletionChunk(answer.id, answer.created, answer.model, [choice])
+            ChatCompletionChunk(answer.id, answer.created, answer.model, [choice], timings=timings)
         ).decode()
 
     try:
@@ -74,10 +90,17 @@ async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
                 yield chunk(DeltaMessage(content=delta.text))
             if delta.finish_reason is not None:
                 final = delta
-                yield chunk(DeltaMessage(), delta.finish_reason)
+                # The timings go on the last chunk: this one, unless a usage chunk follows.
+                timings = msgspec.UNSET if include_usage else _timings(final)
+                yield chunk(DeltaMessage(), delta.finish_reason, timings)
         if include_usage:
             usage = ChatCompletionChunk(
-                answer.id, answer.created, answer.model, [], usage=_usage(final)
+                answer.id,
+                answer.created,
+                answer.model,
+                [],
+                usage=_usage(final),
+                timings=_timings(final),
             )
             yield msgspec.json.encode(usage).decode()
     except APIError as exc:
@@ -125,11 +148,16 @@ async def chat_completions(
         answer = await watch.run(chat.answer(data, tenant, directives))
         headers = {"X-Cache-Status": answer.cache_status.capitalize(), **answer.headers}
         if data.stream:
+            # What is known before the answer: the lookup, the engine's queue and prefill.
+            if answer.timings:
+                headers["Server-Timing"] = server_timing.header(answer.timings)
             include_usage = bool(data.stream_options and data.stream_options.include_usage)
             return ServerSentEvent(_events(answer, include_usage), headers=headers)
-        completion = await watch.run(_collect(answer))
+        completion, timings = await watch.run(_collect(answer))
     except ClientDisconnected:
         return Response(None, status_code=CLIENT_CLOSED_REQUEST)
     finally:
         watch.close()
+    if timings:
+        headers["Server-Timing"] = server_timing.header(timings)
     return Response(completion, headers=headers)

@@ -37,6 +37,10 @@ class Delta:
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # Where the answer's time went upstream, in milliseconds by Server-Timing name
+    # (gateway/server_timing.py): on the first delta what is known by then (the engine's
+    # queue and prefill), complete on the last one; None on the others.
+    timings: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from engine.tokenizer import Tokenizer
+from gateway import server_timing
 from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
 from gateway.upstream.remote_load import UNKNOWN_LOAD, RemoteLoad, parse_load
 
@@ -149,7 +150,7 @@ class HttpUpstream:
                     if resp.status_code >= 400:
                         await resp.aread()
                         raise _http_error(resp)
-                    async for delta in _parse_sse(resp):
+                    async for delta in _parse_sse(resp, _head_timings(resp)):
                         yielded = True
                         yield delta
                     return
@@ -278,11 +279,32 @@ def _request_body(job: ChatJob) -> dict[str, Any]:
     return body
 
 
-async def _parse_sse(resp: httpx.Response) -> AsyncGenerator[Delta, None]:
+def _head_timings(resp: httpx.Response) -> dict[str, float]:
+    """The server's Server-Timing (every line of it, as httpx joins them)."""
+    return server_timing.parse(resp.headers.get("server-timing", ""))
+
+
+def _chunk_timings(chunk: dict[str, Any]) -> dict[str, float]:
+    """A chunk's `timings` object (semgate's final chunk), its numbers only."""
+    timings = chunk.get("timings")
+    if not isinstance(timings, dict):
+        return {}
+    return {
+        str(name): float(ms)
+        for name, ms in timings.items()
+        if isinstance(ms, int | float) and not isinstance(ms, bool) and math.isfinite(ms)
+    }
+
+
+async def _parse_sse(resp: httpx.Response, head: dict[str, float]) -> AsyncGenerator[Delta, None]:
     """Text deltas as they arrive, then exactly one final delta with finish_reason and
-    usage, yielded at [DONE] (or at the end of the body once a finish_reason was seen)."""
+    usage, yielded at [DONE] (or at the end of the body once a finish_reason was seen).
+    The server's timings pass through: `head` (its response's Server-Timing) on the
+    first delta, and with its final chunk's `timings` (later values win) on the last."""
     finish: str | None = None
     usage: dict[str, Any] = {}
+    timings = dict(head)
+    told = False
     async for line in resp.aiter_lines():
         if not line.startswith("data:"):
             continue  # blank separators, ": keep-alive" comments, event names
@@ -298,12 +320,14 @@ async def _parse_sse(resp: httpx.Response) -> AsyncGenerator[Delta, None]:
         if chunk.get("error"):
             raise _event_error(chunk["error"])
         usage = chunk.get("usage") or usage
+        timings.update(_chunk_timings(chunk))
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue
             text = (choice.get("delta") or {}).get("content")
             if text:
-                yield Delta(text=text)
+                yield Delta(text=text, timings=None if told else head or None)
+                told = True
             finish = choice.get("finish_reason") or finish
     else:
         if finish is None:
@@ -312,6 +336,7 @@ async def _parse_sse(resp: httpx.Response) -> AsyncGenerator[Delta, None]:
         finish_reason=finish or "stop",
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
+        timings=timings or None,
     )
 
 

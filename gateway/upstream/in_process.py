@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 
-from engine import AsyncLLM, EngineConfig, SamplingParams
+from engine import AsyncLLM, EngineConfig, RequestMetrics, SamplingParams
 from engine.tokenizer import Tokenizer
 from gateway.off_loop import run_sized
+from gateway.server_timing import seconds_to_ms
 from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
 
 
@@ -21,9 +22,16 @@ class InProcessEngine:
     description = "the model"
     awaited = "the model"
 
-    def __init__(self, config: EngineConfig, max_waiting: int = 256) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        max_waiting: int = 256,
+        observe: Callable[[str, RequestMetrics], None] | None = None,
+    ) -> None:
         self.config = config
         self.max_waiting = max_waiting
+        # Given the model and the engine's metrics of each finished request (/metrics).
+        self.observe = observe
         self.llm: AsyncLLM | None = None
         self.in_flight = 0
 
@@ -170,16 +178,31 @@ class InProcessEngine:
                     prompt, params, request_id=job.request_id, cache_salt=job.cache_salt
                 )
             ) as outputs:
+                told = False  # the first text delta tells the phases so far
                 async for out in outputs:
+                    m = out.metrics
                     if out.delta_text:
-                        yield Delta(out.delta_text)
+                        phases = None if told else _phases(m, finished=False)
+                        told = True
+                        yield Delta(out.delta_text, timings=phases)
                     if out.finished:
+                        # Before the final delta, whose consumer may stop there.
+                        if self.observe is not None:
+                            self.observe(self.model_id, m)
                         yield Delta(
                             finish_reason=out.finish_reason,
                             prompt_tokens=len(out.prompt_token_ids),
                             completion_tokens=len(out.token_ids),
+                            timings=_phases(m, finished=True),
                         )
         except (RuntimeError, ValueError) as exc:  # an engine step failed (logged there)
             raise UpstreamError(500, "the engine failed on this request", "server_error") from exc
         finally:
             self.in_flight -= 1
+
+
+def _phases(m: RequestMetrics, finished: bool) -> dict[str, float]:
+    """The request's phases so far, as Server-Timing names them: queued (arrival to first
+    scheduled), prefill (to the first token) and, once finished, decode (to the last)."""
+    decode = m.decode_time if finished else None
+    return seconds_to_ms(queue=m.queue_time, prefill=m.prefill_time, decode=decode)

@@ -3,6 +3,7 @@ admin, and the request helpers the HTTP tests share."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -108,3 +109,14 @@ def chat_body(question: str, **kw: object) -> dict[str, object]:
         "max_tokens": 96,
         **kw,
     }
+
+
+def timings_of(header: str) -> dict[str, float]:
+    """A Server-Timing header as the gateway writes it (`name;dur=1.2, ...`, checked
+    strictly): milliseconds by name, in order."""
+    timings = {}
+    for entry in header.split(", "):
+        match = re.fullmatch(r"([a-z-]+);dur=(\d+\.\d)", entry)
+        assert match, header
+        timings[match[1]] = float(match[2])
+    return timings

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import ALICE, BOB, chat_body, messages, settle
+from tests.gateway.conftest import ALICE, BOB, chat_body, messages, settle, timings_of
 from tests.gateway.servers import MODEL, Server, metric, wait_for_idle_engine
 
 pytestmark = pytest.mark.usefixtures("fresh")
@@ -201,6 +201,15 @@ def test_concurrent_equivalent_misses_share_one_answer(gateway: Server):
     assert sorted(r.headers.get("x-cache-coalesced", "") for r in results) == ["", "true"]
     texts = {r.json()["choices"][0]["message"]["content"] for r in results}
     assert len(texts) == 1
+    # The follower tells its own lookup only: the engine's phases were the leader's.
+    told = sorted(
+        (r.headers.get("x-cache-coalesced", ""), list(timings_of(r.headers["server-timing"])))
+        for r in results
+    )
+    assert told == [
+        ("", ["cache", "embed", "queue", "prefill", "decode"]),
+        ("true", ["cache", "embed"]),
+    ]
 
 
 def test_langchain_chat_openai(gateway: Server):

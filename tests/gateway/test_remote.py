@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import ADMIN, chat_body, messages, settle
+from tests.gateway.conftest import ADMIN, chat_body, messages, settle, timings_of
 from tests.gateway.servers import MODEL, Server, metric, serving
 
 
@@ -64,6 +64,39 @@ def test_streaming_passes_through_token_by_token(front: Server, engine: Server):
         chunks = [json.loads(line[6:]) for line in r.iter_lines() if line[6:].startswith("{")]
     contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
     assert len([c for c in contents if c]) >= 12  # about one chunk per token, not one blob
+
+
+def test_server_timing_passes_the_engine_servers_phases_through(front: Server, engine: Server):
+    """The engine server's phases (its Server-Timing, its last chunk's `timings`) come
+    through the front, after the front's own lookup; only the engine server observes
+    them into its phase histograms."""
+    phases = f'semgate_request_queue_time_seconds_count{{model_name="{MODEL}"}}'
+    observed = metric(engine, phases, missing=0)
+    engine_only = ["queue", "prefill", "decode"]
+    direct = httpx.post(engine.url + "/v1/chat/completions", json=chat_body("Hi!"), timeout=60)
+    assert list(timings_of(direct.headers["server-timing"])) == engine_only  # its cache is off
+
+    t0 = time.perf_counter()
+    body = chat_body("Name a river in Africa.", max_tokens=16)
+    answer = httpx.post(front.url + "/v1/chat/completions", json=body, timeout=60)
+    elapsed = (time.perf_counter() - t0) * 1000
+    assert answer.headers["x-cache-status"] == "Miss"
+    timings = timings_of(answer.headers["server-timing"])
+    assert list(timings) == ["cache", "embed", *engine_only]
+    # No early start against remote servers: the engine's phases follow the lookup.
+    assert timings["cache"] + sum(timings[phase] for phase in engine_only) <= elapsed
+
+    body = chat_body("Name a river in Asia.", max_tokens=16, stream=True)
+    headers = {"Cache-Control": "no-store"}  # the engine's phases only: no lookup
+    with httpx.stream(
+        "POST", front.url + "/v1/chat/completions", json=body, headers=headers, timeout=60
+    ) as r:
+        head = timings_of(r.headers["server-timing"])
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line[6:].startswith("{")]
+    assert list(head) == ["queue", "prefill"]  # the engine server's, as its stream began
+    assert list(chunks[-1]["timings"]) == engine_only
+    assert metric(engine, phases) == observed + 3
+    assert metric(front, phases, missing=-1) == -1  # the front runs no engine
 
 
 def test_upstream_refusals_keep_their_status(front: Server):
