@@ -4,11 +4,13 @@ matplotlib Figures directly (the Agg canvas; no pyplot state, no display)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
+from loadtest.phases import PART_LABELS, TTFT_PARTS
 from loadtest.record import RequestRecord
 from loadtest.summary import latency_samples
 
@@ -88,10 +90,37 @@ def throughput_over_time(runs: Runs, path: Path, bin_s: float = 2.0) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_plots(runs: Runs, out_dir: Path) -> list[Path]:
-    """The three plots as PNGs in `out_dir`; returns their paths."""
+def ttft_split(summaries: dict[str, dict[str, Any]], path: Path) -> None:
+    """A stacked bar of the TTFT parts' shares per percentile, for each run that reported
+    phases."""
+    bars = [
+        (f"{label}\n{pct}" if len(summaries) > 1 else pct, group["shares"])
+        for label, summary in summaries.items()
+        if summary["phases"] is not None
+        for pct, group in summary["phases"]["ttft"].items()
+    ]
+    fig = Figure(figsize=(max(4.0, 1.4 * len(bars) + 2), 4), layout="constrained")
+    ax = fig.subplots()
+    bottom = np.zeros(len(bars))
+    for part in TTFT_PARTS:
+        heights = np.array([shares[part] for _, shares in bars])
+        ax.bar(
+            [name for name, _ in bars], heights, bottom=bottom, label=PART_LABELS[part], width=0.6
+        )
+        bottom += heights
+    ax.set(ylabel="share of TTFT", ylim=(0, 1), title="Where the TTFT goes")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.savefig(path, dpi=110)
+
+
+def write_plots(runs: Runs, out_dir: Path, summaries: dict[str, dict[str, Any]]) -> list[Path]:
+    """The three plots as PNGs in `out_dir`, and the TTFT split when a run in `summaries`
+    reported phases; returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / name for name in ("latency_cdf.png", "itl_over_time.png", "throughput.png")]
     for draw, path in zip((latency_cdfs, itl_over_time, throughput_over_time), paths, strict=True):
         draw(runs, path)
+    if any(s["phases"] is not None for s in summaries.values()):
+        paths.append(out_dir / "ttft_split.png")
+        ttft_split(summaries, paths[-1])
     return paths

@@ -30,6 +30,10 @@ class RequestRecord:
     error: str | None = None  # kind: "http_429", "timeout", "connect", "stream_error", ...
     error_code: str | None = None  # the OpenAI error code, where the server gave one
     error_message: str | None = None
+    # Milliseconds by phase name (cache, embed, queue, prefill, decode, ...), as the server
+    # reported them: the final chunk's `timings`, else the Server-Timing header; None when
+    # it reported neither.
+    timings: dict[str, float] | None = None
 
     @property
     def ok(self) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from loadtest.phases import PART_LABELS, TTFT_PARTS
 from loadtest.plots import Runs, write_plots
 
 Summaries = dict[str, dict[str, Any]]
@@ -68,15 +69,57 @@ def print_table(console: Console, summaries: Summaries, title: str) -> None:
     for name, cells in table_rows(summaries):
         table.add_row(name, *cells)
     console.print(table)
+    for label, summary in summaries.items():
+        phases = summary["phases"]
+        diagnosis = phases["diagnosis"] if phases else "the server reports no phases"
+        console.print(f"where the time goes ({label}): {diagnosis}")
 
 
 def records_json(runs: Runs) -> dict[str, list[dict[str, Any]]]:
     return {label: [dataclasses.asdict(r) for r in records] for label, records in runs.items()}
 
 
+def phases_markdown(label: str, summary: dict[str, Any]) -> str:
+    """One run's part of the 'Where the time goes' section."""
+    phases = summary["phases"]
+    if phases is None:
+        return (
+            f"**{label}**: the server reports no phases (no `Server-Timing` header, "
+            "no `timings` in the stream)."
+        )
+    lines = [
+        f"**{label}** ({phases['timed_requests']} of {summary['completed']} completed "
+        "requests reported phases):",
+        "",
+        "| TTFT | requests | " + " | ".join(PART_LABELS[p] for p in TTFT_PARTS) + " |",
+        "|---" * (len(TTFT_PARTS) + 2) + "|",
+    ]
+    for pct, group in phases["ttft"].items():
+        shares = " | ".join(f"{group['shares'][p]:.0%}" for p in TTFT_PARTS)
+        lines.append(f"| {pct} | {group['requests']} | {shares} |")
+    slow = phases["slow_itl"]
+    if slow["share"] is None:
+        lines += ["", "Slow ITL: no inter-token gaps above the run's p90."]
+    else:
+        lines += [
+            "",
+            f"Slow ITL (gaps above the run's p90, {slow['threshold_ms']:,.1f} ms): "
+            f"{slow['during_prefill']} of {slow['slow_gaps']} ({slow['share']:.0%}) "
+            "coincide with another request's prefill.",
+        ]
+    if phases["decode_share_of_e2e"] is not None:
+        lines.append(f"Decode: {phases['decode_share_of_e2e']:.0%} of end-to-end time.")
+    lines += ["", f"Diagnosis: {phases['diagnosis']}."]
+    return "\n".join(lines)
+
+
 def markdown_report(title: str, intro: str, summaries: Summaries, plots: list[Path]) -> str:
     images = "\n\n".join(f"![{p.stem}]({p.name})" for p in plots)
-    return f"# {title}\n\n{intro}\n\n{markdown_table(summaries)}\n\n{images}\n"
+    phases = "\n\n".join(phases_markdown(label, s) for label, s in summaries.items())
+    return (
+        f"# {title}\n\n{intro}\n\n{markdown_table(summaries)}\n\n"
+        f"## Where the time goes\n\n{phases}\n\n{images}\n"
+    )
 
 
 def write_run_report(
@@ -85,7 +128,7 @@ def write_run_report(
     """results.json, the plots and report.md in `out_dir`; returns the report's path."""
     from bench.report import write_report
 
-    plots = write_plots(runs, out_dir)
+    plots = write_plots(runs, out_dir, summaries)
     write_report(
         out_dir / "results.json",
         {"meta": meta, "summary": summaries, "requests": records_json(runs)},

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from loadtest.phases import where_the_time_goes
 from loadtest.record import RequestRecord
 
 
@@ -34,7 +35,7 @@ def prefill_stall_gaps(records: list[RequestRecord]) -> list[float]:
 def summarize(records: list[RequestRecord], elapsed: float) -> dict[str, Any]:
     """Latency percentiles over completed requests (ITL over every gap of every stream),
     throughput over the run's wall time, cache hit rate over requests that got a cache
-    status, error rate over all requests sent."""
+    status, error rate over all requests sent; `phases` as loadtest.phases gives them."""
     from bench.report import summary_ms
 
     done = [r for r in records if r.ok]
@@ -64,4 +65,5 @@ def summarize(records: list[RequestRecord], elapsed: float) -> dict[str, Any]:
         "itl_during_long_prefill": summary_ms(prefill_stall_gaps(done)),
         "long": latency([r for r in done if r.long]),
         "short": latency([r for r in done if not r.long]),
+        "phases": where_the_time_goes(done),
     }

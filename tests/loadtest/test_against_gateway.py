@@ -4,12 +4,15 @@ each other and with the server's usage counts."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from cache.redis_server import free_port
 from loadtest.client import Endpoint
+from loadtest.phases import TTFT_PARTS
 from loadtest.record import CACHE_STATUSES, RequestRecord
+from loadtest.report import write_run_report
 from loadtest.runner import LoadShape, RunResult, run_load
 from loadtest.schedule import poisson_arrivals
 from loadtest.summary import summarize
@@ -50,6 +53,22 @@ def _check_consistent(records: list[RequestRecord], items: list[WorkItem]) -> No
         if r.ignore_eos and r.cache_status != "Hit":
             assert r.completion_tokens == r.max_tokens
             assert r.finish_reason == "length"
+        _check_timings(r)
+
+
+def _check_timings(r: RequestRecord) -> None:
+    """The gateway's phases: a hit was only looked up, a miss also went through the engine,
+    whose queue and prefill came before the first token and its decode after."""
+    assert r.timings is not None and all(ms >= 0 for ms in r.timings.values())
+    assert r.ttft is not None and r.e2e is not None
+    if r.cache_status == "Hit":
+        assert {"cache"} <= set(r.timings) <= {"cache", "embed"}
+        return
+    assert {"queue", "prefill", "decode"} <= set(r.timings)
+    timings_s = {name: ms / 1e3 for name, ms in r.timings.items()}
+    slack = 1e-3  # the server rounds to a tenth of a millisecond
+    assert timings_s["queue"] + timings_s["prefill"] <= r.ttft + slack
+    assert timings_s["queue"] + timings_s["prefill"] + timings_s["decode"] <= r.e2e + slack
 
 
 def test_sharegpt_open_loop(endpoint: Endpoint, sharegpt: list[WorkItem]) -> None:
@@ -70,11 +89,26 @@ def test_rag_long_prompts(endpoint: Endpoint, rag: list[WorkItem]) -> None:
     assert all(r.long and (r.prompt_tokens or 0) >= 1024 for r in result.records)
 
 
-def test_mixed_has_both_kinds(endpoint: Endpoint, mixed: list[WorkItem]) -> None:
+def test_mixed_has_both_kinds_and_says_where_the_time_goes(
+    endpoint: Endpoint, mixed: list[WorkItem], tmp_path: Path
+) -> None:
     result = _run(endpoint, mixed, LoadShape(concurrency=2))
     _check_consistent(result.records, mixed)
     assert {r.kind for r in result.records} == {"sharegpt", "rag"}
     summary = summarize(result.records, result.elapsed)
+    phases = summary["phases"]
+    assert phases is not None and phases["timed_requests"] == len(mixed)
+    for group in phases["ttft"].values():
+        assert group["requests"] >= 1
+        assert set(group["shares"]) == set(TTFT_PARTS)
+        assert all(share >= 0 for share in group["shares"].values())
+        assert sum(group["shares"].values()) == pytest.approx(1.0)
+    assert 0 <= phases["decode_share_of_e2e"] <= 1
+    runs, summaries = {"mixed": result.records}, {"mixed": summary}
+    text = write_run_report(tmp_path, "t", "intro", runs, summaries, {}).read_text()
+    section = text.split("## Where the time goes\n\n", 1)[1]
+    assert f"Diagnosis: {phases['diagnosis']}." in section
+    assert (tmp_path / "ttft_split.png").stat().st_size > 0
     assert summary["long_requests"] == sum(i.long for i in mixed) > 0
 
 

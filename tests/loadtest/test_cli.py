@@ -22,13 +22,15 @@ def test_run_writes_results_report_and_plots(gateway: Server, tmp_path: Path) ->
     results = json.loads((out / "results.json").read_text())
     records = results["requests"]["mixed"]
     assert len(records) == 3 and all(r["error"] is None for r in records)
+    assert all(r["timings"] and "prefill" in r["timings"] for r in records)
     summary = results["summary"]["mixed"]
     assert summary["completed"] == 3
     assert summary["long_requests"] == sum(r["long"] for r in records)
     assert results["meta"]["endpoint"]["url"] == gateway.url + "/v1/chat/completions"
     report = (out / "report.md").read_text()
     assert "| TTFT p50 / p90 / p99 (ms) |" in report
-    for name in ("latency_cdf.png", "itl_over_time.png", "throughput.png"):
+    assert f"Diagnosis: {summary['phases']['diagnosis']}." in report
+    for name in ("latency_cdf.png", "itl_over_time.png", "throughput.png", "ttft_split.png"):
         assert f"]({name})" in report
         assert (out / name).read_bytes().startswith(PNG_MAGIC)
 

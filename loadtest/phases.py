@@ -1,0 +1,160 @@
+"""Where the time goes: the server's per-phase timings (RequestRecord.timings) set against
+what the client measured, reduced to the shares of TTFT at p50 and p99, the share of slow
+inter-token gaps that coincide with another request's prefill, and a one-line diagnosis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from loadtest.record import RequestRecord
+
+# The parts of TTFT, in the order the report and the chart show them, with their labels.
+TTFT_PARTS = ("queue", "prefill", "cache", "other")
+PART_LABELS = {"queue": "queue", "prefill": "prefill", "cache": "cache lookup", "other": "other"}
+# Requests whose TTFT ranks within this many percentile points of p50 make up its group.
+P50_WINDOW = 5.0
+SLOW_GAP_PERCENTILE = 90.0
+# Diagnosis thresholds (see diagnose).
+QUEUE_BOUND = 0.5
+PREFILL_STALL_BOUND = 0.5
+CACHE_BOUND = 0.2
+DECODE_BOUND = 0.5
+
+
+def _ms(record: RequestRecord, name: str) -> float:
+    return (record.timings or {}).get(name, 0.0)
+
+
+def ttft_parts(record: RequestRecord) -> dict[str, float]:
+    """A request's TTFT split into seconds of queue, prefill, cache lookup (embedding
+    included) and other (network, gateway, tokenization: TTFT minus the rest, floored
+    at 0). The server's phases are durations, not a partition (an engine request started
+    early runs while the cache is asked), so they may add up to more than TTFT; then
+    `other` is 0 and the parts' sum, not TTFT, is the whole they are shares of."""
+    assert record.ttft is not None
+    parts = {name: _ms(record, name) / 1e3 for name in TTFT_PARTS[:-1]}
+    parts["other"] = max(0.0, record.ttft - sum(parts.values()))
+    return parts
+
+
+def _timed(records: list[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if r.ok and r.ttft is not None and r.timings]
+
+
+def percentile_group(records: list[RequestRecord], percentile: float) -> list[RequestRecord]:
+    """The requests around a TTFT percentile: for p50 those ranked within P50_WINDOW
+    points of it (at least the one nearest), for a tail percentile those at or above it
+    (at least the slowest)."""
+    if not records:
+        return []
+    ttfts = np.array([r.ttft for r in records], dtype=float)
+    cut = float(np.percentile(ttfts, percentile))
+    if percentile >= 90:
+        group = [r for r, t in zip(records, ttfts, strict=True) if t >= cut]
+    else:
+        lo, hi = np.percentile(ttfts, [percentile - P50_WINDOW, percentile + P50_WINDOW])
+        group = [r for r, t in zip(records, ttfts, strict=True) if lo <= t <= hi]
+    return group or [records[int(np.argmin(np.abs(ttfts - cut)))]]
+
+
+def ttft_shares(group: list[RequestRecord]) -> dict[str, float]:
+    """The group's TTFT parts as shares of their total: each part summed over the group,
+    over the sum of the parts (so slow requests weigh more, and the shares sum to 1)."""
+    totals = dict.fromkeys(TTFT_PARTS, 0.0)
+    for record in group:
+        for name, seconds in ttft_parts(record).items():
+            totals[name] += seconds
+    whole = sum(totals.values())
+    return {name: (s / whole if whole else 0.0) for name, s in totals.items()}
+
+
+def prefill_interval(record: RequestRecord) -> tuple[float, float] | None:
+    """When the request's prompt was prefilled, on the client's clock (from the run's
+    start): the `prefill` milliseconds the server reported, ending at its first token's
+    arrival. This ignores the network and the first token's own decode step, both short
+    next to a long prefill."""
+    if record.ttft is None or not record.timings or "prefill" not in record.timings:
+        return None
+    first = record.sent_at + record.ttft
+    return first - record.timings["prefill"] / 1e3, first
+
+
+def slow_gaps_during_prefill(records: list[RequestRecord]) -> dict[str, Any]:
+    """Of the slow inter-token gaps (above the run's p90 gap), how many overlap another
+    request's prefill interval: the gaps a prefill may have stalled."""
+    done = [r for r in records if r.ok]
+    all_gaps = [gap for r in done for gap in r.itl]
+    if not all_gaps:
+        return {"threshold_ms": None, "slow_gaps": 0, "during_prefill": 0, "share": None}
+    threshold = float(np.percentile(all_gaps, SLOW_GAP_PERCENTILE))
+    intervals = [(r.index, iv) for r in done if (iv := prefill_interval(r)) is not None]
+    slow = coinciding = 0
+    for r in done:
+        for end, gap in zip(r.chunk_times()[1:], r.itl, strict=True):
+            if gap <= threshold:
+                continue
+            slow += 1
+            # Open intervals: a gap that merely touches a prefill's end did not wait on it.
+            coinciding += any(
+                index != r.index and end - gap < hi and end > lo for index, (lo, hi) in intervals
+            )
+    return {
+        "threshold_ms": threshold * 1e3,
+        "slow_gaps": slow,
+        "during_prefill": coinciding,
+        "share": coinciding / slow if slow else None,
+    }
+
+
+def decode_share(records: list[RequestRecord]) -> float | None:
+    """The server's `decode` time summed over the requests that report it, over their
+    summed end-to-end time."""
+    timed = [r for r in _timed(records) if "decode" in (r.timings or {}) and r.e2e]
+    e2e = sum(r.e2e or 0.0 for r in timed)
+    return sum(_ms(r, "decode") / 1e3 for r in timed) / e2e if e2e else None
+
+
+def diagnose(phases: dict[str, Any]) -> str:
+    """One line, from the first rule that holds: p99 TTFT more than half queueing; more
+    than half of the slow gaps during another request's prefill; p99 TTFT more than a
+    fifth cache lookup; decode more than half of e2e; else no single phase dominates."""
+    p99 = phases["ttft"]["p99"]["shares"]
+    stalls = phases["slow_itl"]["share"]
+    decode = phases["decode_share_of_e2e"]
+    if p99["queue"] > QUEUE_BOUND:
+        return f"p99 TTFT is {p99['queue']:.0%} queueing: add capacity or lower max_num_seqs"
+    if stalls is not None and stalls > PREFILL_STALL_BOUND:
+        return (
+            f"p99 ITL spikes coincide with long prefills ({stalls:.0%} of slow gaps): "
+            "enable chunked prefill or lower max_num_batched_tokens"
+        )
+    if p99["cache"] > CACHE_BOUND:
+        return (
+            f"p99 TTFT is {p99['cache']:.0%} cache lookup: a faster embedder or a nearer "
+            "Redis, or turn the cache off for this traffic"
+        )
+    if decode is not None and decode > DECODE_BOUND:
+        return f"decode-bound ({decode:.0%} of e2e is decode): speculative decoding or quantization"
+    return "no single phase dominates: queueing, prefill stalls and decode are all below bounds"
+
+
+def where_the_time_goes(records: list[RequestRecord]) -> dict[str, Any] | None:
+    """The section's numbers, or None when no completed request carried timings (a
+    server that reports no phases, such as vLLM or OpenAI)."""
+    timed = _timed(records)
+    if not timed:
+        return None
+    ttft: dict[str, Any] = {}
+    for label, percentile in (("p50", 50.0), ("p99", 99.0)):
+        group = percentile_group(timed, percentile)
+        ttft[label] = {"requests": len(group), "shares": ttft_shares(group)}
+    phases = {
+        "timed_requests": len(timed),
+        "ttft": ttft,
+        "slow_itl": slow_gaps_during_prefill(records),
+        "decode_share_of_e2e": decode_share(records),
+    }
+    phases["diagnosis"] = diagnose(phases)
+    return phases
