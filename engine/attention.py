@@ -21,6 +21,7 @@ keys run to whole blocks and short queries are padded to MIN_QUERY_ROWS.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -85,6 +86,14 @@ class _Chunk:
 MAX_SHORT_QUERY = 16
 # Short queries are padded to at least this many rows (see the module docstring).
 MIN_QUERY_ROWS = 3
+# Key padding (measured on torch 2.13's CPU kernel, 3 and 9 query rows): a row whose
+# context is at most ~195 keys gets the same bits at every padded width up to 2048; a
+# longer one gets other bits at widths whose last 512-key split (the kernel's kv split
+# size) is partly filled, but the same at every multiple of 512. So keys past
+# SMALL_KEYS are padded to a multiple of 512: a row's bits then depend neither on the
+# widest sequence of its batch nor on blocks held for a sequence's proposals.
+SMALL_KEYS = 192
+KV_SPLIT = 512
 
 
 @dataclass
@@ -182,7 +191,15 @@ class TorchMetadataBuilder:
         self.pad_index = StagedBuffer(size, device)
         self.unpad_index = StagedBuffer(size, device)
         self.arange = np.arange(MAX_SHORT_QUERY, dtype=np.int64)
-        self.key_pos = torch.arange(max_num_keys, device=device)  # each key's position
+        # Each key's position, padding included (see key_width).
+        self.key_pos = torch.arange(key_width(max_num_keys, KV_SPLIT), device=device)
+
+    def _key_pos(self, num_keys: int) -> torch.Tensor:
+        """Positions 0..num_keys - 1 (grown once for a block size that does not divide
+        KV_SPLIT, whose padded widths run further)."""
+        if num_keys > len(self.key_pos):
+            self.key_pos = torch.arange(num_keys, device=self.key_pos.device)
+        return self.key_pos[:num_keys]
 
     def build(self, batch: AttentionBatch) -> TorchAttentionMetadata:
         # InputBatch put the short queries first (max_short_query).
@@ -192,10 +209,11 @@ class TorchMetadataBuilder:
         for i in range(num_short, len(batch.query_lens)):
             start, end = int(batch.query_start[i]), int(batch.query_start[i + 1])
             context, num_blocks = int(batch.context_lens[i]), int(batch.table_lens[i])
+            tables = _padded(batch.block_tables[i : i + 1, :num_blocks], batch.block_size)
             # Query j sits at position past + j and sees keys 0..past + j.
             q_pos = self.key_pos[context - (end - start) : context]
-            mask = self.key_pos[None, : num_blocks * batch.block_size] <= q_pos[:, None]
-            chunks.append(_Chunk(start, end, batch.block_tables[i, :num_blocks], mask))
+            mask = self._key_pos(tables.shape[1] * batch.block_size)[None, :] <= q_pos[:, None]
+            chunks.append(_Chunk(start, end, tables[0], mask))
         return TorchAttentionMetadata(batch.slot_mapping, short, chunks)
 
     def _short_batch(self, batch: AttentionBatch, n: int) -> _ShortBatch:
@@ -215,10 +233,10 @@ class TorchMetadataBuilder:
         # Row-major, the real slots of the [n, max_query] padding are the flat rows' order.
         self.unpad_index.np[:num_tokens] = np.flatnonzero(i < qlens[:, None])
         q_pos_t = self.q_pos.copy(size).view(n, 1, max_query, 1)
-        mask = self.key_pos[: width * batch.block_size] <= q_pos_t
         # Every layer gathers through the tables: narrower than a chunk's, they are
         # copied once here rather than flattened in each layer.
-        tables = batch.block_tables[:n, :width].contiguous()
+        tables = _padded(batch.block_tables[:n, :width], batch.block_size).contiguous()
+        mask = self._key_pos(tables.shape[1] * batch.block_size) <= q_pos_t
         return _ShortBatch(
             num_tokens,
             tables,
@@ -227,6 +245,22 @@ class TorchMetadataBuilder:
             self.pad_index.copy(size),
             self.unpad_index.copy(num_tokens),
         )
+
+
+def key_width(num_keys: int, block_size: int) -> int:
+    """Keys attended for num_keys cached ones: as they are up to SMALL_KEYS, else up to a
+    multiple of KV_SPLIT that is whole blocks (see SMALL_KEYS)."""
+    if num_keys <= SMALL_KEYS:
+        return num_keys
+    step = math.lcm(KV_SPLIT, block_size)
+    return -(-num_keys // step) * step
+
+
+def _padded(tables: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Block tables widened with block 0 (masked like any padding) to key_width."""
+    width = tables.shape[1]
+    blocks = key_width(width * block_size, block_size) // block_size
+    return F.pad(tables, (0, blocks - width)) if blocks > width else tables
 
 
 def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:

@@ -53,3 +53,22 @@ def test_one_decode_matches_it_inside_a_batch():
     others = [_row(1, 100, list(range(10, 17))), _row(4, 9, [30])]
     qs = [q, torch.randn(1, HEADS, DIM), torch.randn(4, HEADS, DIM)]
     assert torch.equal(_attend(cache, [mine, *others], qs)[:1], alone)
+
+
+def test_long_contexts_keep_their_bits_beside_wider_tables():
+    """Past ~195 keys SDPA's CPU kernel changes a row's bits with the key padding unless
+    the padding runs to a multiple of 512 (engine/attention.py, SMALL_KEYS): a decode at
+    each of these contexts, alone, with blocks held for 8 proposals, and beside a
+    sequence 700 keys longer, gives the same bits."""
+    torch.manual_seed(2)
+    cache = torch.randn(2, 160, BLOCK, KV_HEADS, DIM)
+    for context in (150, 300, 390, 480, 490, 900, 1000):
+        blocks = -(-context // BLOCK)
+        q = torch.randn(1, HEADS, DIM)
+        alone = _attend(cache, [_row(1, context, list(range(blocks)))], [q])
+        ahead = list(range(blocks + 1))  # a block more, for proposals past its end
+        assert torch.equal(_attend(cache, [_row(1, context, ahead)], [q]), alone), context
+        wider = _row(1, context + 700, list(range(-(-(context + 700) // BLOCK))))
+        rows = [_row(1, context, list(range(blocks))), wider]
+        batched = _attend(cache, rows, [q, torch.randn(1, HEADS, DIM)])
+        assert torch.equal(batched[:1], alone), context
