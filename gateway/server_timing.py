@@ -12,6 +12,7 @@ import contextlib
 import math
 import re
 from collections.abc import Mapping
+from typing import Any
 
 Timings = dict[str, float]
 
@@ -60,3 +61,15 @@ def merge(own: Mapping[str, float], upstream: Mapping[str, float] | None) -> Tim
 def seconds_to_ms(**phases: float | None) -> Timings:
     """Phases measured in seconds, as timings; those not measured (None) left out."""
     return {name: s * 1000 for name, s in phases.items() if s is not None}
+
+
+def of_chunk(chunk: Mapping[str, Any]) -> Timings:
+    """A stream chunk's `timings` object (semgate's final chunk), its finite numbers only."""
+    timings = chunk.get("timings")
+    if not isinstance(timings, dict):
+        return {}
+    return {
+        str(name): float(ms)
+        for name, ms in timings.items()
+        if isinstance(ms, int | float) and not isinstance(ms, bool) and math.isfinite(ms)
+    }

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import math
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from gateway import server_timing
 from loadtest.record import RequestRecord
 from loadtest.work_item import WorkItem
 
@@ -67,26 +65,6 @@ def _error_fields(payload: Any) -> tuple[str | None, str | None]:
     return (str(code) if code else None), str(error.get("message", ""))[:200]
 
 
-# A Server-Timing entry, and a quoted string within it (a `desc` may hold , and ;).
-_TIMING_ENTRY = re.compile(r'(?:[^,"]|"[^"]*")+')
-_QUOTED = re.compile(r'"[^"]*"')
-
-
-def server_timing(value: str | None) -> dict[str, float] | None:
-    """Milliseconds by name from a `Server-Timing` header (`name;dur=ms, ...`); entries
-    without a numeric `dur` are skipped, None when none is left."""
-    timings: dict[str, float] = {}
-    for entry in _TIMING_ENTRY.findall(value or ""):
-        name, *params = (part.strip() for part in _QUOTED.sub('""', entry).split(";"))
-        for param in params:
-            key, _, number = param.partition("=")
-            if key.strip().lower() == "dur":
-                with contextlib.suppress(ValueError):
-                    timings[name] = float(number.strip().strip('"'))
-                break
-    return {name: ms for name, ms in timings.items() if name and math.isfinite(ms)} or None
-
-
 async def _read_stream(response: httpx.Response, record: RequestRecord, sent: float) -> None:
     last_chunk: float | None = None
     async for line in response.aiter_lines():
@@ -113,11 +91,9 @@ async def _read_stream(response: httpx.Response, record: RequestRecord, sent: fl
         if usage:
             record.prompt_tokens = usage.get("prompt_tokens")
             record.completion_tokens = usage.get("completion_tokens")
-        timings = payload.get("timings")
-        if isinstance(timings, dict):
+        if final := server_timing.of_chunk(payload):
             # The headers had the phases known at the stream's start; its end has them all.
-            final = {str(k): float(v) for k, v in timings.items() if isinstance(v, int | float)}
-            record.timings = {**(record.timings or {}), **final} or None
+            record.timings = {**(record.timings or {}), **final}
     record.error = "protocol"
     record.error_message = "the stream ended without [DONE]"
 
@@ -137,7 +113,7 @@ async def send(
         ):
             record.status_code = response.status_code
             record.cache_status = response.headers.get("x-cache-status")
-            record.timings = server_timing(response.headers.get("server-timing"))
+            record.timings = server_timing.parse(response.headers.get("server-timing", "")) or None
             if response.status_code != 200:
                 body = (await response.aread()).decode(errors="replace")
                 record.error = f"http_{response.status_code}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +44,12 @@ def make_llm() -> Callable[..., LLM]:
 @pytest.fixture(scope="session")
 def llm(make_llm: Callable[..., LLM]) -> LLM:
     return make_llm()
+
+
+@pytest.fixture
+def unwritable_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """SEMGATE_CACHE_DIR pointed at a file, so no disk cache can be written under it."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("SEMGATE_CACHE_DIR", str(blocked))
+    return blocked

@@ -284,18 +284,6 @@ def _head_timings(resp: httpx.Response) -> dict[str, float]:
     return server_timing.parse(resp.headers.get("server-timing", ""))
 
 
-def _chunk_timings(chunk: dict[str, Any]) -> dict[str, float]:
-    """A chunk's `timings` object (semgate's final chunk), its numbers only."""
-    timings = chunk.get("timings")
-    if not isinstance(timings, dict):
-        return {}
-    return {
-        str(name): float(ms)
-        for name, ms in timings.items()
-        if isinstance(ms, int | float) and not isinstance(ms, bool) and math.isfinite(ms)
-    }
-
-
 async def _parse_sse(resp: httpx.Response, head: dict[str, float]) -> AsyncGenerator[Delta, None]:
     """Text deltas as they arrive, then exactly one final delta with finish_reason and
     usage, yielded at [DONE] (or at the end of the body once a finish_reason was seen).
@@ -320,7 +308,7 @@ async def _parse_sse(resp: httpx.Response, head: dict[str, float]) -> AsyncGener
         if chunk.get("error"):
             raise _event_error(chunk["error"])
         usage = chunk.get("usage") or usage
-        timings.update(_chunk_timings(chunk))
+        timings.update(server_timing.of_chunk(chunk))
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue

@@ -136,12 +136,7 @@ def test_key_follows_the_model_files(tmp_path: Path) -> None:
     assert encoder_store.entry_key(model, "m", "int8") != touched
 
 
-def test_unwritable_cache_only_costs_the_reuse(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    blocked = tmp_path / "a-file"
-    blocked.write_text("in the way")
-    monkeypatch.setenv("SEMGATE_CACHE_DIR", str(blocked))
+def test_unwritable_cache_only_costs_the_reuse(unwritable_cache_dir: Path) -> None:
     emb = Embedder(dtype="float32")
     assert emb.encode(["still works"]).shape == (1, emb.dims)
     emb.close()

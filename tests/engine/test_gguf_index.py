@@ -135,16 +135,11 @@ def test_a_corrupt_entry_still_loads_the_model(cache: Path) -> None:
     assert tokenizer.encode(TEXTS[1]) == load_tokenizer(MODEL).encode(TEXTS[1])
 
 
-def test_an_unwritable_cache_dir_still_loads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    blocked = tmp_path / "a-file"
-    blocked.write_text("not a directory")
-    monkeypatch.setenv("SEMGATE_CACHE_DIR", str(blocked))
+def test_an_unwritable_cache_dir_still_loads(unwritable_cache_dir: Path) -> None:
     config, _, tokenizer = load_model_files(MODEL)
     assert config.num_layers == 30
     assert load_tokenizer(MODEL).encode(TEXTS[0]) == tokenizer.encode(TEXTS[0])
-    assert blocked.read_text() == "not a directory"
+    assert unwritable_cache_dir.read_text() == "not a directory"
 
 
 def test_the_cache_dir_follows_the_xdg_rule(

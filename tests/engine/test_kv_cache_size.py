@@ -6,6 +6,7 @@ import math
 import re
 
 import pytest
+import torch
 
 from engine import LLM, EngineConfig
 from engine.kv_cache import kv_cache_bytes_per_block
@@ -84,5 +85,9 @@ def test_a_whole_share_is_allowed_and_no_bytes_are_not():
 
 
 def test_profile_forward_runs_a_step_that_is_not_whole_blocks(llm):
-    # CUDA sizing runs it before measuring free memory; on CPU it must at least run.
+    # CUDA sizing runs it before measuring free memory; on CPU it must at least run, on
+    # a scratch cache: the engine's own KV is untouched.
+    first_layer = llm.engine.runner.kv_caches[0]
+    before = first_layer.clone()
     profile_forward(llm.engine.model, llm.engine.config, 40)
+    assert torch.equal(first_layer, before)
