@@ -26,6 +26,7 @@ from engine.logs import current_format, formatter
 from engine.metrics import EngineStats, RequestMetrics
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.step_window import StepTime
 
 log = logging.getLogger("semgate.engine")
 
@@ -92,6 +93,7 @@ class StepReport:
     outputs: list[CoreOutput]
     failures: list[RequestFailure]
     stats: EngineStats
+    step: StepTime | None  # the step it follows; None after messages only (or a failed step)
 
 
 ClientMessage = AddRequest | AbortRequest | None  # None: shut down
@@ -186,7 +188,8 @@ class _CoreLoop:
             stepped = engine.has_unfinished()
             if stepped:
                 outputs += self._step(failures)
-            if (messages or stepped) and not self._report(outputs, failures):
+            step = engine.last_step if stepped else None
+            if (messages or stepped) and not self._report(outputs, failures, step):
                 return
             if not engine.has_unfinished():
                 self.wake.wait()
@@ -213,9 +216,12 @@ class _CoreLoop:
                 failures.append(RequestFailure(message.request_id, str(exc), invalid=True))
         return outputs, failures
 
-    def _report(self, outputs: list[RequestOutput], failures: list[RequestFailure]) -> bool:
+    def _report(
+        self, outputs: list[RequestOutput], failures: list[RequestFailure], step: StepTime | None
+    ) -> bool:
         """Sends what changed and the stats; False once the client is gone."""
-        report = StepReport([CoreOutput.of(o) for o in outputs], failures, self.engine.get_stats())
+        changes = [CoreOutput.of(o) for o in outputs]
+        report = StepReport(changes, failures, self.engine.get_stats(), step)
         try:
             self.conn.send(report)
         except OSError:

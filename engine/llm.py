@@ -28,6 +28,7 @@ from engine.loader import load_tokenizer
 from engine.metrics import EngineStats, RequestMetrics
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.step_window import StepWindow
 
 log = logging.getLogger("semgate.engine")
 
@@ -109,6 +110,9 @@ class AsyncLLM:
         self.vocab_size = ready.vocab_size
         self._streams: dict[str, _Stream] = {}
         self._stats = EngineStats(spec_method=self.config.spec_method)
+        # Kept here, not in the core: an idle core reports nothing, and its window's old
+        # steps must still expire as they age.
+        self._steps = StepWindow()
         self._send_lock = threading.Lock()
         self._stopped: str | None = None  # why no request is taken any more
         self._reader = threading.Thread(
@@ -184,8 +188,9 @@ class AsyncLLM:
         return self._stopped
 
     def get_stats(self) -> EngineStats:
-        """The engine's counters and gauges as of its last step."""
-        return self._stats
+        """The engine's counters and gauges as of its last step; its steps' time over
+        the last minute as of now."""
+        return replace(self._stats, steps=self._steps.stats())
 
     def shutdown(self) -> None:
         """Stops the engine process; streams still running fail with RuntimeError."""
@@ -217,6 +222,8 @@ class AsyncLLM:
             except (EOFError, OSError):
                 break
             self._stats = report.stats
+            if report.step is not None:
+                self._steps.add(report.step)
             items: list[tuple[_Stream, RequestOutput | BaseException]] = []
             for out in report.outputs:
                 if (stream := self._streams.get(out.request_id)) is not None:

@@ -17,9 +17,10 @@ from engine.metrics import EngineStats
 from engine.model_runner import ModelRunner
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import ScheduledSequence, Scheduler
 from engine.sequence import Sequence
 from engine.spec import Speculator, build_speculator
+from engine.step_window import StepTime, StepWindow
 from engine.tokenizer import Tokenizer
 
 log = logging.getLogger("semgate.engine")
@@ -108,6 +109,8 @@ class LLMEngine:
         )
         self.sequences: dict[str, Sequence] = {}
         self.stats = EngineStats(spec_method=config.spec_method)
+        self.step_window = StepWindow()
+        self.last_step: StepTime | None = None  # the latest step's, None if it ran none
         self.speculator = build_speculator(
             config, self.model, self.runner, self.block_manager, self.max_model_len, self.stats
         )
@@ -192,6 +195,8 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """One step: schedule -> run -> update -> outputs."""
+        step_started = time.perf_counter()
+        self.last_step = None
         scheduled = self.scheduler.schedule()
         if not scheduled:
             return []
@@ -199,6 +204,7 @@ class LLMEngine:
         spec = self.speculator
         new_tokens = self.runner.execute(scheduled, spec.draft_probs if spec else {})
         seconds = time.perf_counter() - started
+        num_prefill = sum(_prefill_tokens(item) for item in scheduled)
         if spec is not None:
             sampling = (item for item in scheduled if item.samples)
             for item, tokens in zip(sampling, new_tokens, strict=True):
@@ -212,7 +218,11 @@ class LLMEngine:
         if spec is not None:
             spec.observe_step(num_computed, seconds)
             self._propose(spec)
-        return [self._output(seq) for seq in sampled]
+        outputs = [self._output(seq) for seq in sampled]
+        step_seconds = time.perf_counter() - step_started
+        self.last_step = StepTime(step_seconds, num_prefill, num_computed - num_prefill)
+        self.step_window.add(self.last_step)
+        return outputs
 
     def _propose(self, spec: Speculator) -> None:
         """Proposals for the next step, sized for what that step will compute anyway."""
@@ -256,4 +266,15 @@ class LLMEngine:
         s.prefix_cache_hits = self.scheduler.prefix_cache_hits
         s.num_preemptions = self.scheduler.num_preemptions
         s.generation_tokens = self.scheduler.num_generated_tokens
+        s.steps = self.step_window.stats()
         return s
+
+
+def _prefill_tokens(item: ScheduledSequence) -> int:
+    """Prompt tokens (or a preempted request's recomputed ones) an item computes: all of
+    its real query tokens unless it is one decode (plus proposals) of a request that has
+    had its first token. Read before the scheduler's update advances the sequence."""
+    num_real = item.num_new_tokens - len(item.spec_token_ids)
+    if num_real == 1 and item.seq.metrics.token_times:
+        return 0
+    return num_real

@@ -6,6 +6,8 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
+from engine.step_window import StepWindowStats
+
 
 @dataclass
 class RequestMetrics:
@@ -86,6 +88,7 @@ class EngineStats:
     spec_num_drafts: int = 0  # verifications of at least one proposed token
     spec_draft_tokens: int = 0  # tokens proposed
     spec_accepted_tokens: int = 0  # of which kept
+    steps: StepWindowStats = field(default_factory=lambda: StepWindowStats(0.0))
 
     @property
     def spec_acceptance_rate(self) -> float | None:

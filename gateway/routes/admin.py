@@ -1,5 +1,5 @@
 """The admin API under /admin (admin key required): the similarity threshold, cache
-stats, entries (list, seed, delete, flush) and dry-run lookups."""
+stats, entries (list, seed, delete, flush), dry-run lookups and the engine's stats."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from gateway.auth import admin_guard
 from gateway.completions import flatten_messages
 from gateway.errors import APIError, error_response
 from gateway.openapi_docs import error_responses
+from gateway.routes.admin_engine import engine_stats
 from gateway.runtime import Runtime
 from gateway.schemas import ChatMessage, ErrorResponse
 from gateway.strict_json import StrictJSON
@@ -297,5 +298,6 @@ admin_router = Router(
         delete_entry,
         flush,
         lookup,
+        engine_stats,
     ],
 )

@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from engine.step_window import StepWindowStats
 from engine.tokenizer import Tokenizer
 from gateway.errors import APIError
 
@@ -59,6 +60,7 @@ class EngineGauges:
     spec_num_drafts: int = 0
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
+    steps: StepWindowStats | None = None  # the last minute's step time, prefill vs decode
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,7 @@ class InProcessEngine:
             spec_draft_tokens=stats.spec_draft_tokens,
             spec_accepted_tokens=stats.spec_accepted_tokens,
             num_preemptions=stats.num_preemptions,
+            steps=stats.steps,
         )
 
     def health(self) -> list[UpstreamHealth]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import pytest
 
 from engine import AsyncLLM, EngineConfig, SamplingParams
+from engine.step_window import StepWindow
 from tests.engine.prompts import PROMPTS
 
 
@@ -147,3 +149,19 @@ def test_shutdown_stops_the_engine_process():
     assert engine._process.poll() == 0
     with pytest.raises(RuntimeError, match="shut down"):
         asyncio.run(_collect(engine, PROMPTS[0], SamplingParams(max_tokens=2)))
+
+
+def test_step_time_counts_each_step_and_ages_out_while_idle(async_llm):
+    async_llm._steps = StepWindow(seconds=1.0)  # a short window, to see it age out
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+
+    async def main():
+        return [out async for out in async_llm.generate(PROMPTS[2], params)]
+
+    asyncio.run(main())
+    steps = async_llm.get_stats().steps
+    assert steps.prefill_steps >= 1 and steps.prefill_tokens > 0
+    assert (steps.decode_steps, steps.decode_tokens) == (4, 4)
+    time.sleep(1.1)  # the idle core reports nothing: the window ages on the reader's side
+    idle = async_llm.get_stats().steps
+    assert (idle.prefill_steps, idle.decode_steps, idle.busy_fraction) == (0, 0, 0.0)

@@ -1,0 +1,93 @@
+"""GET /admin/engine/stats: the in-process engine's live load and, over the last minute,
+how its step time split between prefill and decode (engine/step_window.py)."""
+
+from __future__ import annotations
+
+import msgspec
+from litestar import get
+
+from engine.step_window import StepWindowStats
+from gateway.errors import APIError
+from gateway.openapi_docs import error_responses
+from gateway.runtime import Runtime
+
+
+class StepKindView(msgspec.Struct):
+    steps: int
+    seconds: float  # inside those steps
+    tokens: int  # prefill: prompt tokens computed; decode: tokens computed (drafts included)
+    mean_step_ms: float | None
+    share: float | None  # of the step time in the window
+
+
+class LastMinuteView(msgspec.Struct):
+    window_seconds: float  # 60, or the time since the engine started
+    busy_fraction: float  # of the window spent inside steps
+    prefill: StepKindView  # steps with any prefill chunk (their decodes riding along)
+    decode: StepKindView  # steps of decodes and verifications only
+
+
+class EngineStatsView(msgspec.Struct):
+    model: str
+    running: int
+    waiting: int
+    kv_cache_usage: float  # fraction of KV blocks in use
+    num_preemptions: int  # since start
+    prefix_cache_hit_rate: float | None  # of prompt tokens looked up since start
+    spec_method: str | None
+    spec_acceptance_rate: float | None  # of proposed tokens since start
+    last_minute: LastMinuteView
+
+
+def _kind(steps: int, seconds: float, tokens: int, total: float) -> StepKindView:
+    return StepKindView(
+        steps=steps,
+        seconds=round(seconds, 4),
+        tokens=tokens,
+        mean_step_ms=round(1000 * seconds / steps, 3) if steps else None,
+        share=round(seconds / total, 4) if total else None,
+    )
+
+
+def last_minute(w: StepWindowStats) -> LastMinuteView:
+    total = w.prefill_seconds + w.decode_seconds
+    return LastMinuteView(
+        window_seconds=round(w.window_seconds, 3),
+        busy_fraction=round(w.busy_fraction, 4),
+        prefill=_kind(w.prefill_steps, w.prefill_seconds, w.prefill_tokens, total),
+        decode=_kind(w.decode_steps, w.decode_seconds, w.decode_tokens, total),
+    )
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+@get(
+    "/engine/stats",
+    summary="The in-process engine's load and its step time, prefill against decode",
+    responses=error_responses(401, 403, 404, 429, 503),
+)
+async def engine_stats(runtime: Runtime) -> EngineStatsView:
+    if runtime.settings.upstreams:
+        raise APIError(
+            404,
+            "no engine runs in this gateway (it forwards to upstreams): "
+            "ask each engine server's /admin/engine/stats",
+            code="no_engine",
+        )
+    g = runtime.upstream.gauges()
+    if g is None or g.steps is None:
+        raise APIError(503, "the model is still loading", "service_unavailable",
+                       "engine_loading", retry_after=2)  # fmt: skip
+    return EngineStatsView(
+        model=g.model,
+        running=g.running,
+        waiting=g.waiting,
+        kv_cache_usage=round(g.kv_cache_usage, 4),
+        num_preemptions=g.num_preemptions,
+        prefix_cache_hit_rate=_rate(g.prefix_cache_hits, g.prefix_cache_queries),
+        spec_method=g.spec_method,
+        spec_acceptance_rate=_rate(g.spec_accepted_tokens, g.spec_draft_tokens),
+        last_minute=last_minute(g.steps),
+    )
