@@ -25,7 +25,10 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--rate", type=float, default=None, help="open loop: Poisson req/s")
     load.add_argument("--concurrency", type=int, default=None, help="closed loop: in flight")
     parser.add_argument("--max-prompt-tokens", type=int, default=None, help="ShareGPT prompts")
-    parser.add_argument("--max-output-tokens", type=int, default=None, help="every answer")
+    parser.add_argument(
+        "--max-output-tokens", type=int, default=None,
+        help="cap on every answer (repeat: an answer cut at it is never cached)",
+    )  # fmt: skip
     parser.add_argument(
         "--rag-tokens", type=int, nargs=2, default=None, metavar=("MIN", "MAX"),
         help="length range of the rag prompts (default 1024 4096)",

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from loadtest.client import Endpoint
 from loadtest.headline import Headline
+from loadtest.meta import RunInfo
 from loadtest.record import RequestRecord
 from loadtest.report import print_table, write_run_report
 from loadtest.runner import LoadShape, run_load
@@ -56,11 +57,11 @@ def _warm_up(endpoint: Endpoint) -> None:
 
 
 def _describe(run: ScenarioRun, shape: LoadShape, count: int) -> str:
+    """The scenario in prose; the servers' command lines are in the report's header."""
     scenario = run.scenario
-    servers = "; ".join(f"{side.label}: `{run.command(side)}`" for side in scenario.sides)
     return (
         f"{scenario.about}\n\n`{scenario.workload}` workload, {count} requests a side in "
-        f"{run.rounds} alternating rounds, {shape.describe()}. Servers: {servers}."
+        f"{run.rounds} alternating rounds, {shape.describe()}."
     )
 
 
@@ -106,6 +107,12 @@ def run_scenario(
         )
     with console.status(f"building the {scenario.workload} workload ..."):
         items = build_workload(scenario.workload, options)
+    started = RunInfo(
+        scenario.workload,
+        options,
+        shape,
+        settings={side.label: run.command(side) for side in scenario.sides},
+    )
     with contextlib.ExitStack() as stack:
         servers = []
         for side in scenario.sides:
@@ -122,15 +129,9 @@ def run_scenario(
         runs, elapsed = _drive(run, items, shape, endpoints, console)
     summaries = {label: summarize(records, elapsed[label]) for label, records in runs.items()}
     headline = Headline.of(scenario.headline_name, scenario.headline, summaries, scenario.goal)
-    print_table(console, summaries, f"scenario {scenario.name}")
+    print_table(console, summaries, f"scenario {scenario.name}", scenario.workload)
     console.print(headline.text().replace("**", ""))
-    meta = {
-        "scenario": scenario.name,
-        "headline": headline.as_dict(),
-        "rounds": run.rounds,
-        "servers": {side.label: run.command(side) for side in scenario.sides},
-        "options": dataclasses.asdict(options),
-        "shape": dataclasses.asdict(shape),
-    }
+    extra = {"scenario": scenario.name, "headline": headline.as_dict(), "rounds": run.rounds}
+    info = dataclasses.replace(started, extra=extra)
     intro = _describe(run, shape, len(items)) + "\n\n" + headline.text()
-    return write_run_report(out_dir, f"Scenario: {scenario.name}", intro, runs, summaries, meta)
+    return write_run_report(out_dir, f"Scenario: {scenario.name}", intro, runs, summaries, info)

@@ -19,7 +19,12 @@ SLOW_GAP_PERCENTILE = 90.0
 # Diagnosis thresholds (see diagnose).
 QUEUE_BOUND = 0.5
 PREFILL_STALL_BOUND = 0.5
+# A stall, not a chunk riding along: with chunked prefill the gaps that overlap a
+# prefill are slower too (each step carries a chunk), but by 1-3x the median gap; a
+# whole prompt prefilled in one step stops the streams for 10-40x.
+STALL_FACTOR = 4.0
 CACHE_BOUND = 0.2
+PREFILL_BOUND = 0.4
 DECODE_BOUND = 0.5
 
 
@@ -87,57 +92,88 @@ def slow_gaps_during_prefill(records: list[RequestRecord]) -> dict[str, Any]:
     done = [r for r in records if r.ok]
     all_gaps = [gap for r in done for gap in r.itl]
     if not all_gaps:
-        return {"threshold_ms": None, "slow_gaps": 0, "during_prefill": 0, "share": None}
+        return {"threshold_ms": None, "slow_gaps": 0, "during_prefill": 0, "share": None,
+                "median_gap_ms": None, "median_during_prefill_ms": None}  # fmt: skip
     threshold = float(np.percentile(all_gaps, SLOW_GAP_PERCENTILE))
     intervals = [(r.index, iv) for r in done if (iv := prefill_interval(r)) is not None]
-    slow = coinciding = 0
+    slow = 0
+    coinciding: list[float] = []
     for r in done:
         for end, gap in zip(r.chunk_times()[1:], r.itl, strict=True):
             if gap <= threshold:
                 continue
             slow += 1
             # Open intervals: a gap that merely touches a prefill's end did not wait on it.
-            coinciding += any(
+            if any(
                 index != r.index and end - gap < hi and end > lo for index, (lo, hi) in intervals
-            )
+            ):
+                coinciding.append(gap)
     return {
         "threshold_ms": threshold * 1e3,
         "slow_gaps": slow,
-        "during_prefill": coinciding,
-        "share": coinciding / slow if slow else None,
+        "during_prefill": len(coinciding),
+        "share": len(coinciding) / slow if slow else None,
+        "median_gap_ms": float(np.median(all_gaps)) * 1e3,
+        "median_during_prefill_ms": float(np.median(coinciding)) * 1e3 if coinciding else None,
     }
 
 
-def decode_share(records: list[RequestRecord]) -> float | None:
-    """The server's `decode` time summed over the requests that report it, over their
+def share_of_e2e(records: list[RequestRecord], phase: str) -> float | None:
+    """The server's `phase` time summed over the requests that report it, over their
     summed end-to-end time."""
-    timed = [r for r in _timed(records) if "decode" in (r.timings or {}) and r.e2e]
+    timed = [r for r in _timed(records) if phase in (r.timings or {}) and r.e2e]
     e2e = sum(r.e2e or 0.0 for r in timed)
-    return sum(_ms(r, "decode") / 1e3 for r in timed) / e2e if e2e else None
+    return sum(_ms(r, phase) / 1e3 for r in timed) / e2e if e2e else None
 
 
-def diagnose(phases: dict[str, Any]) -> str:
-    """One line, from the first rule that holds: p99 TTFT more than half queueing; more
-    than half of the slow gaps during another request's prefill; p99 TTFT more than a
-    fifth cache lookup; decode more than half of e2e; else no single phase dominates."""
+def stall_factor(slow_itl: dict[str, Any]) -> float | None:
+    """How many times the run's median gap the slow gaps during prefills took (median)."""
+    during, median = slow_itl["median_during_prefill_ms"], slow_itl["median_gap_ms"]
+    return during / median if during is not None and median else None
+
+
+def _engine_diagnosis(phases: dict[str, Any]) -> str:
+    """The first rule that holds: p99 TTFT more than half queueing; more than half of the
+    slow gaps during another request's prefill, and those gaps STALL_FACTOR times the
+    median gap or more; p99 TTFT more than a fifth cache lookup; prefill a larger share of
+    e2e than decode, and over PREFILL_BOUND; decode more than half of e2e; else none."""
     p99 = phases["ttft"]["p99"]["shares"]
-    stalls = phases["slow_itl"]["share"]
-    decode = phases["decode_share_of_e2e"]
+    slow = phases["slow_itl"]
+    stalls, factor = slow["share"], stall_factor(slow)
+    prefill, decode = phases["prefill_share_of_e2e"], phases["decode_share_of_e2e"]
     if p99["queue"] > QUEUE_BOUND:
         return f"p99 TTFT is {p99['queue']:.0%} queueing: add capacity or lower max_num_seqs"
-    if stalls is not None and stalls > PREFILL_STALL_BOUND:
+    if stalls is not None and stalls > PREFILL_STALL_BOUND and (factor or 0) >= STALL_FACTOR:
         return (
-            f"p99 ITL spikes coincide with long prefills ({stalls:.0%} of slow gaps): "
-            "enable chunked prefill or lower max_num_batched_tokens"
+            f"p99 ITL spikes coincide with long prefills ({stalls:.0%} of slow gaps, "
+            f"{factor:.0f}x the median gap): enable chunked prefill or lower "
+            "max_num_batched_tokens"
         )
     if p99["cache"] > CACHE_BOUND:
         return (
             f"p99 TTFT is {p99['cache']:.0%} cache lookup: a faster embedder or a nearer "
             "Redis, or turn the cache off for this traffic"
         )
+    if prefill is not None and prefill > PREFILL_BOUND and prefill > (decode or 0):
+        return (
+            f"prefill-bound ({prefill:.0%} of e2e is prefill): long prompts; prefix caching "
+            "for shared context, shorter prompts or a faster prefill"
+        )
     if decode is not None and decode > DECODE_BOUND:
         return f"decode-bound ({decode:.0%} of e2e is decode): speculative decoding or quantization"
     return "no single phase dominates: queueing, prefill stalls and decode are all below bounds"
+
+
+def diagnose(phases: dict[str, Any]) -> str:
+    """One line: the engine's diagnosis (_engine_diagnosis), prefixed, when some answers
+    came from the cache, with how many: the cache's share is the first lever of a cache
+    gateway, and hits carry no engine phases (the rules then read the misses)."""
+    engine = _engine_diagnosis(phases)
+    hits = phases["cache_hits"]
+    if not hits:
+        return engine
+    share = hits / phases["timed_requests"]
+    return f"{share:.0%} answered from the cache; the rest: {engine}"
 
 
 def where_the_time_goes(records: list[RequestRecord]) -> dict[str, Any] | None:
@@ -154,7 +190,9 @@ def where_the_time_goes(records: list[RequestRecord]) -> dict[str, Any] | None:
         "timed_requests": len(timed),
         "ttft": ttft,
         "slow_itl": slow_gaps_during_prefill(records),
-        "decode_share_of_e2e": decode_share(records),
+        "prefill_share_of_e2e": share_of_e2e(records, "prefill"),
+        "decode_share_of_e2e": share_of_e2e(records, "decode"),
+        "cache_hits": sum(r.cache_status == "Hit" for r in timed),
     }
     phases["diagnosis"] = diagnose(phases)
     return phases

@@ -3,6 +3,7 @@ matplotlib Figures directly (the Agg canvas; no pyplot state, no display)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,21 +13,70 @@ from matplotlib.ticker import NullFormatter
 
 from loadtest.phases import PART_LABELS, TTFT_PARTS
 from loadtest.record import RequestRecord
-from loadtest.summary import latency_samples
+from loadtest.runner import LoadShape
+from loadtest.summary import cache_split, latency_samples
 
 Runs = dict[str, list[RequestRecord]]
 
 _LATENCY_NAMES = {"ttft": "TTFT", "itl": "ITL", "e2e": "end-to-end"}
+MARKED_PERCENTILES = (50, 90, 99)
 
 
-def latency_cdfs(runs: Runs, path: Path) -> None:
+def cache_groups(records: list[RequestRecord]) -> dict[str, list[RequestRecord]]:
+    """A run's completed requests as the series its latency plots show: hits and misses
+    apart ({"hits": ..., "misses": ...}) where it had hits, else all together ({"": ...})."""
+    done = [r for r in records if r.ok]
+    split = cache_split(done)
+    return split if split["hits"] else {"": done}
+
+
+def series(runs: Runs) -> dict[str, list[RequestRecord]]:
+    """Every run's cache groups by series label: "LABEL: hits", "LABEL: misses" or "LABEL"."""
+    return {
+        f"{label}: {group}" if group else label: group_records
+        for label, records in runs.items()
+        for group, group_records in cache_groups(records).items()
+    }
+
+
+@dataclass(frozen=True)
+class Cdf:
+    label: str
+    xs: np.ndarray  # the samples in ms, sorted
+    ys: np.ndarray  # the fraction of samples at or below each
+    markers: list[tuple[str, float, float]]  # ("p50", ms, fraction) at MARKED_PERCENTILES
+
+
+def cdfs(runs: Runs) -> dict[str, list[Cdf]]:
+    """Per latency (ttft, itl, e2e), a CDF for each series that has samples of it."""
+    out: dict[str, list[Cdf]] = {key: [] for key in _LATENCY_NAMES}
+    for label, records in series(runs).items():
+        for key, values in latency_samples(records).items():
+            if not values:
+                continue
+            xs = np.sort(values) * 1e3
+            # Percentiles as the summary takes them (linear interpolation), not sample ranks.
+            at = np.percentile(xs, MARKED_PERCENTILES)
+            markers = [
+                (f"p{p}", float(x), p / 100) for p, x in zip(MARKED_PERCENTILES, at, strict=True)
+            ]
+            out[key].append(Cdf(label, xs, np.arange(1, len(xs) + 1) / len(xs), markers))
+    return out
+
+
+def latency_cdfs(runs: Runs, path: Path) -> Figure:
+    """TTFT, ITL and e2e CDFs, a dot and a label at each series' p50, p90 and p99;
+    returns the figure written to `path`."""
     fig = Figure(figsize=(13, 4), layout="constrained")
     axes = dict(zip(_LATENCY_NAMES, fig.subplots(1, 3), strict=True))
-    for label, records in runs.items():
-        for key, values in latency_samples([r for r in records if r.ok]).items():
-            if values:
-                xs = np.sort(values) * 1e3
-                axes[key].step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=label)
+    for key, curves in cdfs(runs).items():
+        for cdf in curves:
+            (line,) = axes[key].step(cdf.xs, cdf.ys, where="post", label=cdf.label)
+            for name, x, y in cdf.markers:
+                axes[key].plot(x, y, "o", color=line.get_color(), ms=4)
+                axes[key].annotate(
+                    name, (x, y), xytext=(3, -9), textcoords="offset points", fontsize=7
+                )
     for key, ax in axes.items():
         name = _LATENCY_NAMES[key]
         ax.set(xscale="log", xlabel=f"{name} (ms, log scale)", ylabel="fraction of samples")
@@ -35,17 +85,21 @@ def latency_cdfs(runs: Runs, path: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="best")
     fig.savefig(path, dpi=110)
+    return fig
 
 
-def itl_over_time(runs: Runs, path: Path) -> None:
-    """Each inter-token gap at the time its chunk arrived; red lines where long prompts
-    were sent."""
+def itl_over_time(runs: Runs, path: Path) -> Figure:
+    """Each inter-token gap at the time its chunk arrived, hits' and misses' apart where a
+    run had hits; red lines where long prompts were sent. Returns the figure."""
     fig = Figure(figsize=(13, 3.2 * len(runs)), layout="constrained")
     axes = fig.subplots(len(runs), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (label, records) in zip(axes, runs.items(), strict=True):
-        times = [t for r in records if r.ok for t in r.chunk_times()[1:]]
-        gaps = [gap * 1e3 for r in records if r.ok for gap in r.itl]
-        ax.scatter(times, gaps, s=4, alpha=0.5, label="inter-token gap")
+        for group, group_records in cache_groups(records).items():
+            times = [t for r in group_records for t in r.chunk_times()[1:]]
+            if times:  # a semgate hit is replayed in one chunk: no gaps
+                gaps = [gap * 1e3 for r in group_records for gap in r.itl]
+                name = f"inter-token gap ({group})" if group else "inter-token gap"
+                ax.scatter(times, gaps, s=4, alpha=0.5, label=name)
         for i, r in enumerate(r for r in records if r.long):
             ax.axvline(r.sent_at, color="red", ls="--", lw=0.8, label=None if i else "long prompt")
         ax.set(yscale="log", ylabel="ITL (ms, log scale)", title=f"ITL over time: {label}")
@@ -54,6 +108,7 @@ def itl_over_time(runs: Runs, path: Path) -> None:
         ax.legend(loc="best")
     axes[-1].set_xlabel("time since the start of the run (s)")
     fig.savefig(path, dpi=110)
+    return fig
 
 
 def _token_times(records: list[RequestRecord]) -> tuple[list[float], list[float]]:
@@ -69,7 +124,10 @@ def _token_times(records: list[RequestRecord]) -> tuple[list[float], list[float]
     return times, weights
 
 
-def throughput_over_time(runs: Runs, path: Path, bin_s: float = 2.0) -> None:
+def throughput_over_time(runs: Runs, path: Path, shape: LoadShape, bin_s: float = 2.0) -> Figure:
+    """Output tokens and completed requests per second, and the offered load: the rate as
+    a line for an open loop, the concurrency in the title for a closed one. Returns the
+    figure."""
     fig = Figure(figsize=(13, 6), layout="constrained")
     tokens_ax, requests_ax = fig.subplots(2, 1, sharex=True)
     for label, records in runs.items():
@@ -82,12 +140,18 @@ def throughput_over_time(runs: Runs, path: Path, bin_s: float = 2.0) -> None:
         requests, _ = np.histogram(ends, bins=edges)
         tokens_ax.stairs(tokens / bin_s, edges, label=label)
         requests_ax.stairs(requests / bin_s, edges, label=label)
-    tokens_ax.set(ylabel="output tokens/s", title=f"Throughput over time ({bin_s:g} s bins)")
+    if shape.rate is not None:
+        requests_ax.axhline(
+            shape.rate, color="black", ls="--", lw=1, label=f"offered: {shape.rate:g} req/s"
+        )
+    title = f"Throughput over time ({bin_s:g} s bins; offered load: {shape.describe()})"
+    tokens_ax.set(ylabel="output tokens/s", title=title)
     requests_ax.set(ylabel="completed requests/s", xlabel="time since the start of the run (s)")
     for ax in (tokens_ax, requests_ax):
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best")
     fig.savefig(path, dpi=110)
+    return fig
 
 
 def ttft_split(summaries: dict[str, dict[str, Any]], path: Path) -> None:
@@ -113,13 +177,16 @@ def ttft_split(summaries: dict[str, dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_plots(runs: Runs, out_dir: Path, summaries: dict[str, dict[str, Any]]) -> list[Path]:
+def write_plots(
+    runs: Runs, out_dir: Path, summaries: dict[str, dict[str, Any]], shape: LoadShape
+) -> list[Path]:
     """The three plots as PNGs in `out_dir`, and the TTFT split when a run in `summaries`
     reported phases; returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / name for name in ("latency_cdf.png", "itl_over_time.png", "throughput.png")]
-    for draw, path in zip((latency_cdfs, itl_over_time, throughput_over_time), paths, strict=True):
-        draw(runs, path)
+    latency_cdfs(runs, paths[0])
+    itl_over_time(runs, paths[1])
+    throughput_over_time(runs, paths[2], shape)
     if any(s["phases"] is not None for s in summaries.values()):
         paths.append(out_dir / "ttft_split.png")
         ttft_split(summaries, paths[-1])

@@ -8,12 +8,19 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from loadtest.phases import PART_LABELS, TTFT_PARTS
+from loadtest.meta import RunInfo
+from loadtest.phases import PART_LABELS, TTFT_PARTS, stall_factor
 from loadtest.plots import Runs, write_plots
+from loadtest.workload import CACHE_WORKLOADS
 
 Summaries = dict[str, dict[str, Any]]
+# A cache workload's run is flagged when at least this share of its misses, and at least
+# TRUNCATED_LEAST of them, ended at the output limit.
+TRUNCATED_SHARE = 0.25
+TRUNCATED_LEAST = 2
 
 
 def _ms(value: float | None) -> str:
@@ -33,12 +40,23 @@ def table_rows(summaries: Summaries) -> list[tuple[str, list[str]]]:
     def rate(value: float | None) -> str:
         return "-" if value is None else f"{value:.1%}"
 
+    # Hits and misses apart, only where a run had hits: else the rows would repeat the
+    # overall ones (all misses) or say nothing (a server without a cache).
+    by_status = [
+        row("hits / misses", lambda s: f"{s['hits']['requests']} / {s['misses']['requests']}"),
+        *(
+            row(f"{group}: {name} p50 / p90 / p99 (ms)", lambda s, g=group, k=key: _pcts(s[g][k]))
+            for group in ("hits", "misses")
+            for key, name in (("ttft", "TTFT"), ("e2e", "e2e"))
+        ),
+    ]
     return [
         row("requests: completed / sent", lambda s: f"{s['completed']} / {s['requests']}"),
         row("error rate", lambda s: rate(s["error_rate"])),
         row("request throughput (req/s)", lambda s: f"{s['request_throughput']:.2f}"),
         row("output throughput (tok/s)", lambda s: f"{s['output_token_throughput']:.1f}"),
         row("cache hit rate", lambda s: rate(s["cache_hit_rate"])),
+        *(by_status if any(s["hits"]["requests"] for s in summaries.values()) else []),
         row("TTFT p50 / p90 / p99 (ms)", lambda s: _pcts(s["ttft"])),
         row("ITL p50 / p90 / p99 (ms)", lambda s: _pcts(s["itl"])),
         row("e2e p50 / p90 / p99 (ms)", lambda s: _pcts(s["e2e"])),
@@ -55,13 +73,34 @@ def _long_ttft(summary: dict[str, Any]) -> str:
     return "-" if not stats["n"] else f"{_ms(stats['p50_ms'])} / {_ms(stats['p99_ms'])}"
 
 
+def truncation_warnings(workload: str, summaries: Summaries) -> list[str]:
+    """One warning per run of a cache workload whose misses often ended at the output
+    limit: such answers are never stored, so the run had little or nothing to hit."""
+    if workload not in CACHE_WORKLOADS:
+        return []
+    warnings = []
+    for label, summary in summaries.items():
+        misses = summary["misses"]
+        cut = misses["at_output_limit"]
+        if cut >= TRUNCATED_LEAST and cut >= TRUNCATED_SHARE * misses["requests"]:
+            prefix = f"{label}: " if len(summaries) > 1 else ""
+            warnings.append(
+                f"{prefix}{cut} of {misses['requests']} misses ended at the output limit "
+                f"(max_tokens={misses['max_tokens']}): truncated answers are never stored in "
+                "the cache, so this run cannot measure hits; raise --max-output-tokens."
+            )
+    return warnings
+
+
 def markdown_table(summaries: Summaries) -> str:
     lines = ["| metric | " + " | ".join(summaries) + " |", "|---" * (len(summaries) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in table_rows(summaries)]
     return "\n".join(lines)
 
 
-def print_table(console: Console, summaries: Summaries, title: str) -> None:
+def print_table(console: Console, summaries: Summaries, title: str, workload: str) -> None:
+    for warning in truncation_warnings(workload, summaries):
+        console.print(f"[bold red]warning[/]: {escape(warning)}")
     table = Table(title=title)
     table.add_column("metric")
     for label in summaries:
@@ -105,34 +144,54 @@ def phases_markdown(label: str, summary: dict[str, Any]) -> str:
             "",
             f"Slow ITL (gaps above the run's p90, {slow['threshold_ms']:,.1f} ms): "
             f"{slow['during_prefill']} of {slow['slow_gaps']} ({slow['share']:.0%}) "
-            "coincide with another request's prefill.",
+            "coincide with another request's prefill" + _stall(slow) + ".",
         ]
-    if phases["decode_share_of_e2e"] is not None:
-        lines.append(f"Decode: {phases['decode_share_of_e2e']:.0%} of end-to-end time.")
+    shares = [
+        f"{phase} {share:.0%}"
+        for phase in ("prefill", "decode")
+        if (share := phases[f"{phase}_share_of_e2e"]) is not None
+    ]
+    if shares:
+        lines.append("Of end-to-end time: " + ", ".join(shares) + ".")
     lines += ["", f"Diagnosis: {phases['diagnosis']}."]
     return "\n".join(lines)
 
 
-def markdown_report(title: str, intro: str, summaries: Summaries, plots: list[Path]) -> str:
+def _stall(slow: dict[str, Any]) -> str:
+    factor = stall_factor(slow)
+    if factor is None:
+        return ""
+    return (
+        f"; those took {slow['median_during_prefill_ms']:,.1f} ms (median), "
+        f"{factor:.1f}x the median gap of {slow['median_gap_ms']:,.1f} ms"
+    )
+
+
+def markdown_report(
+    title: str, intro: str, summaries: Summaries, plots: list[Path], info: RunInfo
+) -> str:
+    warnings = "".join(
+        f"> **Warning**: {w}\n\n" for w in truncation_warnings(info.workload, summaries)
+    )
     images = "\n\n".join(f"![{p.stem}]({p.name})" for p in plots)
     phases = "\n\n".join(phases_markdown(label, s) for label, s in summaries.items())
     return (
-        f"# {title}\n\n{intro}\n\n{markdown_table(summaries)}\n\n"
+        f"# {title}\n\n{warnings}{info.header()}\n\n{intro}\n\n{markdown_table(summaries)}\n\n"
         f"## Where the time goes\n\n{phases}\n\n{images}\n"
     )
 
 
 def write_run_report(
-    out_dir: Path, title: str, intro: str, runs: Runs, summaries: Summaries, meta: dict[str, Any]
+    out_dir: Path, title: str, intro: str, runs: Runs, summaries: Summaries, info: RunInfo
 ) -> Path:
     """results.json, the plots and report.md in `out_dir`; returns the report's path."""
     from bench.report import write_report
 
-    plots = write_plots(runs, out_dir, summaries)
+    plots = write_plots(runs, out_dir, summaries, info.shape)
     write_report(
         out_dir / "results.json",
-        {"meta": meta, "summary": summaries, "requests": records_json(runs)},
+        {"meta": info.as_dict(), "summary": summaries, "requests": records_json(runs)},
     )
     report = out_dir / "report.md"
-    report.write_text(markdown_report(title, intro, summaries, plots))
+    report.write_text(markdown_report(title, intro, summaries, plots, info))
     return report

@@ -18,6 +18,39 @@ def latency_samples(records: list[RequestRecord]) -> dict[str, list[float]]:
     }
 
 
+def cache_split(records: list[RequestRecord]) -> dict[str, list[RequestRecord]]:
+    """The hits and the misses among `records` (Bypass and no status in neither): a hit is
+    a lookup and a replay, a miss a lookup and a whole generation, so one percentile over
+    both describes neither."""
+    return {
+        "hits": [r for r in records if r.cache_status == "Hit"],
+        "misses": [r for r in records if r.cache_status == "Miss"],
+    }
+
+
+def _latency(records: list[RequestRecord]) -> dict[str, Any]:
+    from bench.report import summary_ms
+
+    return {name: summary_ms(values) for name, values in latency_samples(records).items()}
+
+
+def _by_cache_status(done: list[RequestRecord]) -> dict[str, Any]:
+    """Count and latency of the hits and of the misses; for the misses also how many ended
+    at the output limit (never stored: the cache keeps only answers that ended by
+    themselves) and the highest such limit."""
+    split = cache_split(done)
+    cut = [r for r in split["misses"] if r.finish_reason == "length"]
+    return {
+        "hits": {"requests": len(split["hits"]), **_latency(split["hits"])},
+        "misses": {
+            "requests": len(split["misses"]),
+            **_latency(split["misses"]),
+            "at_output_limit": len(cut),
+            "max_tokens": max((r.max_tokens for r in cut), default=None),
+        },
+    }
+
+
 def prefill_stall_gaps(records: list[RequestRecord]) -> list[float]:
     """Inter-token gaps of the short (chat) streams that overlap a window in which a long
     prompt waited for its first token: where its prefill can stall them. Over whole streams
@@ -35,7 +68,8 @@ def prefill_stall_gaps(records: list[RequestRecord]) -> list[float]:
 def summarize(records: list[RequestRecord], elapsed: float) -> dict[str, Any]:
     """Latency percentiles over completed requests (ITL over every gap of every stream),
     throughput over the run's wall time, cache hit rate over requests that got a cache
-    status, error rate over all requests sent; `phases` as loadtest.phases gives them."""
+    status, error rate over all requests sent; `hits` and `misses` apart; `phases` as
+    loadtest.phases gives them."""
     from bench.report import summary_ms
 
     done = [r for r in records if r.ok]
@@ -43,10 +77,6 @@ def summarize(records: list[RequestRecord], elapsed: float) -> dict[str, Any]:
     statuses = Counter(r.cache_status for r in done if r.cache_status is not None)
     with_status = sum(statuses.values())
     output_tokens = sum(r.completion_tokens or 0 for r in done)
-
-    def latency(group: list[RequestRecord]) -> dict[str, Any]:
-        return {name: summary_ms(values) for name, values in latency_samples(group).items()}
-
     return {
         "requests": len(records),
         "completed": len(done),
@@ -61,9 +91,10 @@ def summarize(records: list[RequestRecord], elapsed: float) -> dict[str, Any]:
         "output_tokens": output_tokens,
         "cache_status": dict(statuses),
         "cache_hit_rate": statuses["Hit"] / with_status if with_status else None,
-        **latency(done),
+        **_latency(done),
+        **_by_cache_status(done),
         "itl_during_long_prefill": summary_ms(prefill_stall_gaps(done)),
-        "long": latency([r for r in done if r.long]),
-        "short": latency([r for r in done if not r.long]),
+        "long": _latency([r for r in done if r.long]),
+        "short": _latency([r for r in done if not r.long]),
         "phases": where_the_time_goes(done),
     }

@@ -5,8 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from loadtest.meta import RunInfo
+from loadtest.runner import LoadShape
 from loadtest.work_item import WorkItem, WorkloadOptions
 from loadtest.workload import build_workload
+
+
+@pytest.fixture
+def run_info() -> RunInfo:
+    """Settings for reports written from hand-built records, stamped by hand."""
+    return RunInfo(
+        "sharegpt", WorkloadOptions(20), LoadShape(rate=2.0), {"server": "semgate serve"},
+        date="2026-11-26T05:00:00Z", commit="abc1234",
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

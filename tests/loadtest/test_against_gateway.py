@@ -10,6 +10,7 @@ import pytest
 
 from cache.redis_server import free_port
 from loadtest.client import Endpoint
+from loadtest.meta import RunInfo
 from loadtest.phases import TTFT_PARTS
 from loadtest.record import CACHE_STATUSES, RequestRecord
 from loadtest.report import write_run_report
@@ -17,7 +18,7 @@ from loadtest.runner import LoadShape, RunResult, run_load
 from loadtest.schedule import poisson_arrivals
 from loadtest.summary import summarize
 from loadtest.tokens import load_tokenizer
-from loadtest.work_item import WorkItem
+from loadtest.work_item import WorkItem, WorkloadOptions
 from tests.gateway.fixtures import LOADTEST
 from tests.gateway.servers import MODEL, Server
 
@@ -105,7 +106,8 @@ def test_mixed_has_both_kinds_and_says_where_the_time_goes(
         assert sum(group["shares"].values()) == pytest.approx(1.0)
     assert 0 <= phases["decode_share_of_e2e"] <= 1
     runs, summaries = {"mixed": result.records}, {"mixed": summary}
-    text = write_run_report(tmp_path, "t", "intro", runs, summaries, {}).read_text()
+    info = RunInfo("mixed", WorkloadOptions(4), LoadShape(concurrency=2), {})
+    text = write_run_report(tmp_path, "t", "intro", runs, summaries, info).read_text()
     section = text.split("## Where the time goes\n\n", 1)[1]
     assert f"Diagnosis: {phases['diagnosis']}." in section
     assert (tmp_path / "ttft_split.png").stat().st_size > 0
@@ -129,6 +131,10 @@ def test_repeat_hits_after_first_asks(endpoint: Endpoint, repeat: list[WorkItem]
     assert sum(hits) >= sum(stored) - 2 >= 4  # the guard may turn down a paraphrase or two
     summary = summarize(asked + reasked, first.elapsed + again.elapsed)
     assert summary["cache_hit_rate"] == pytest.approx(sum(hits) / 16)
+    assert summary["hits"]["requests"] == sum(hits) == summary["hits"]["e2e"]["n"]
+    assert summary["misses"]["requests"] == 16 - sum(hits)  # the cache was asked: no Bypass
+    cut = sum(r.finish_reason == "length" for r in asked + reasked if r.cache_status == "Miss")
+    assert summary["misses"]["at_output_limit"] == cut
     for original, r in zip(asked, reasked, strict=True):
         if r.cache_status == "Hit":  # replayed in one chunk, with the stored usage
             assert r.itl == [] and r.completion_tokens == original.completion_tokens

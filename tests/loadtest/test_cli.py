@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from cli.main import main
 from tests.gateway.fixtures import LOADTEST
-from tests.gateway.servers import Server
+from tests.gateway.servers import MODEL, Server
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -26,8 +27,15 @@ def test_run_writes_results_report_and_plots(gateway: Server, tmp_path: Path) ->
     summary = results["summary"]["mixed"]
     assert summary["completed"] == 3
     assert summary["long_requests"] == sum(r["long"] for r in records)
-    assert results["meta"]["endpoint"]["url"] == gateway.url + "/v1/chat/completions"
+    meta = results["meta"]
+    assert meta["endpoint"]["url"] == gateway.url + "/v1/chat/completions"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", meta["date"])
+    assert re.fullmatch(r"[0-9a-f]{7,}(-dirty)?", meta["commit"])  # the tests run in a checkout
+    assert MODEL in meta["settings"]["models listed by the server"].split(", ")
+    assert meta["shape"]["concurrency"] == 3 and meta["options"]["max_output_tokens"] == 8
     report = (out / "report.md").read_text()
+    assert f"- date: {meta['date']}; commit: `{meta['commit']}`" in report
+    assert f"- endpoint: `{gateway.url}/v1/chat/completions`" in report
     assert "| TTFT p50 / p90 / p99 (ms) |" in report
     assert f"Diagnosis: {summary['phases']['diagnosis']}." in report
     for name in ("latency_cdf.png", "itl_over_time.png", "throughput.png", "ttft_split.png"):

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.server_timing import parse
+from loadtest.meta import RunInfo
 from loadtest.phases import (
     diagnose,
     percentile_group,
@@ -84,12 +85,29 @@ def test_slow_gaps_coincide_with_another_requests_prefill() -> None:
     assert slow_gaps_during_prefill([chat])["during_prefill"] == 0
 
 
-def _phases(queue: float, cache: float, stalls: float | None, decode: float | None) -> Any:
+def _phases(
+    queue: float,
+    cache: float,
+    stalls: float | None,
+    decode: float | None,
+    *,
+    stall_factor: float = 10.0,
+    prefill: float | None = 0.1,
+    hits: int = 0,
+) -> Any:
     shares = {"queue": queue, "prefill": 0.0, "cache": cache, "other": 1 - queue - cache}
+    median_gap = 50.0
     return {
+        "timed_requests": 20,
         "ttft": {"p99": {"shares": shares}},
-        "slow_itl": {"share": stalls},
+        "slow_itl": {
+            "share": stalls,
+            "median_gap_ms": median_gap,
+            "median_during_prefill_ms": None if stalls is None else median_gap * stall_factor,
+        },
+        "prefill_share_of_e2e": prefill,
         "decode_share_of_e2e": decode,
+        "cache_hits": hits,
     }
 
 
@@ -99,11 +117,32 @@ def test_diagnosis_rules_in_order() -> None:
     )
     assert "enable chunked prefill" in diagnose(_phases(0.3, 0.5, 0.6, 0.9))
     assert "cache lookup" in diagnose(_phases(0.3, 0.5, 0.4, 0.9))
+    assert diagnose(_phases(0.3, 0.1, 0.2, 0.3, prefill=0.6)).startswith("prefill-bound (60%")
     assert diagnose(_phases(0.3, 0.1, None, 0.9)).startswith("decode-bound (90% of e2e")
     assert diagnose(_phases(0.3, 0.1, 0.2, 0.3)).startswith("no single phase dominates")
 
 
-def test_report_section_and_chart(tmp_path: Path) -> None:
+def test_gaps_only_somewhat_slower_during_prefills_are_no_stall() -> None:
+    """Chunked prefill at work: the slow gaps overlap prefills, but are 2x, not 10x."""
+    chunked = _phases(0.3, 0.1, 0.9, 0.8, stall_factor=2.0)
+    assert diagnose(chunked).startswith("decode-bound")
+    assert "10x the median gap" in diagnose(_phases(0.3, 0.1, 0.9, 0.8))
+
+
+def test_prefill_bound_only_when_prefill_outweighs_decode() -> None:
+    assert diagnose(_phases(0.1, 0.0, None, 0.45, prefill=0.5)).startswith("prefill-bound")
+    assert diagnose(_phases(0.1, 0.0, None, 0.55, prefill=0.45)).startswith("decode-bound")
+    assert diagnose(_phases(0.1, 0.0, None, 0.2, prefill=0.35)).startswith("no single phase")
+
+
+def test_hits_prefix_the_diagnosis_of_the_misses() -> None:
+    assert diagnose(_phases(0.1, 0.0, None, 0.8, hits=15)) == (
+        "75% answered from the cache; the rest: decode-bound (80% of e2e is decode): "
+        "speculative decoding or quantization"
+    )
+
+
+def test_report_section_and_chart(tmp_path: Path, run_info: RunInfo) -> None:
     timed = [
         _record(i, 0.2 + i / 100, {"queue": 100, "prefill": 50, "decode": 300}, [0.05] * 6, i)
         for i in range(20)
@@ -113,18 +152,18 @@ def test_report_section_and_chart(tmp_path: Path) -> None:
     assert phases is not None and phases["timed_requests"] == 20
     for group in phases["ttft"].values():
         assert sum(group["shares"].values()) == pytest.approx(1.0)
-    report = write_run_report(tmp_path, "t", "intro", {"run": timed}, {"run": summary}, {})
+    report = write_run_report(tmp_path, "t", "intro", {"run": timed}, {"run": summary}, run_info)
     text = report.read_text()
     assert "## Where the time goes" in text and f"Diagnosis: {phases['diagnosis']}." in text
     assert "| p99 | 1 |" in text
     assert (tmp_path / "ttft_split.png").stat().st_size > 0
 
 
-def test_a_server_without_phases(tmp_path: Path) -> None:
+def test_a_server_without_phases(tmp_path: Path, run_info: RunInfo) -> None:
     plain = [_record(i, 0.1, None, [0.05] * 3) for i in range(5)]
     assert where_the_time_goes(plain) is None
     summary = summarize(plain, 1.0)
-    text = markdown_report("t", "intro", {"vllm": summary}, [])
+    text = markdown_report("t", "intro", {"vllm": summary}, [], run_info)
     assert "**vllm**: the server reports no phases" in text
-    write_run_report(tmp_path, "t", "intro", {"vllm": plain}, {"vllm": summary}, {})
+    write_run_report(tmp_path, "t", "intro", {"vllm": plain}, {"vllm": summary}, run_info)
     assert not (tmp_path / "ttft_split.png").exists()
