@@ -31,12 +31,13 @@ from cache import (
 from cache.store import CacheEntry, Candidate
 from gateway import server_timing
 from gateway.auth import OPEN_TENANT
+from gateway.bypass import unkeyable
 from gateway.early_start import EarlyStart
 from gateway.errors import APIError
 from gateway.metrics import GatewayMetrics
 from gateway.schemas import ChatCompletionRequest, ChatMessage
 from gateway.tokens import token_counter
-from gateway.upstream import ChatJob, Delta, Upstream
+from gateway.upstream import ChatJob, Delta, ForwardedJob, Upstream
 
 # Flights are shared with other gateway processes through Redis as JSON deltas.
 DELTA_CODEC = (msgspec.json.encode, partial(msgspec.json.decode, type=Delta))
@@ -113,30 +114,18 @@ def flatten_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
         raise APIError(400, "messages must not be empty", param="messages")
     out = []
     for message in messages:
-        if message.role == "tool":
-            raise APIError(400, "tool messages are not supported", param="messages")
+        if message.role in ("tool", "function"):
+            raise APIError(400, f"{message.role} messages are not supported", param="messages")
         role = "system" if message.role == "developer" else message.role
         out.append({"role": role, "content": _text(message)})
     return out
 
 
-def _refuse_unsupported(r: ChatCompletionRequest) -> None:
-    """Values the engine cannot honour get a 400 rather than being silently ignored."""
-    if r.n not in (None, 1):
-        raise APIError(400, "only n=1 is supported", param="n")
-    if r.logprobs or r.top_logprobs:
-        raise APIError(400, "logprobs are not supported", param="logprobs")
-    if r.tools or r.tool_choice not in (None, "none"):
-        raise APIError(400, "tools are not supported by this gateway", param="tools")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(r, name):
-            raise APIError(400, f"{name} is not supported (only 0)", param=name)
-    if r.logit_bias:
-        raise APIError(400, "logit_bias is not supported", param="logit_bias")
-    if r.response_format and r.response_format.get("type", "text") != "text":
-        raise APIError(
-            400, "only response_format type 'text' is supported", param="response_format"
-        )
+def _refuse_unsupported(request: ChatCompletionRequest) -> None:
+    """What the engine cannot honour gets a 400 naming the field, never silently ignored
+    (with upstreams such requests were passed through before they got here)."""
+    if (found := unkeyable(request)) is not None:
+        raise APIError(400, f"{found.message} by the in-process engine", param=found.param)
 
 
 def _stop(stop: str | list[str] | None) -> list[str]:
@@ -172,22 +161,39 @@ def prefix_cache_salt(tenant: str, client_salt: str | None) -> str | None:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def to_job(
-    request: ChatCompletionRequest, request_id: str, models: list[str], tenant: str
-) -> ChatJob:
+def check_model(model: str, models: list[str]) -> None:
+    """503 while no model is served yet; 404 for a model not served."""
     if not models:
         raise APIError(503, "no model is ready yet", "service_unavailable")
-    if request.model not in models:
+    if model not in models:
         raise APIError(
             404,
-            f"The model {request.model!r} does not exist; available: {', '.join(models)}",
+            f"The model {model!r} does not exist; available: {', '.join(models)}",
             param="model",
             code="model_not_found",
         )
+
+
+def _forwarded(request: ChatCompletionRequest) -> dict[str, object]:
+    """Fields the cache does not key on that only remote servers read: the end user's
+    id, and vLLM's sampling fields at their neutral values (any other value bypasses)."""
+    fields = {
+        "user": request.user,
+        "top_k": request.top_k,
+        "min_p": request.min_p,
+        "repetition_penalty": request.repetition_penalty,
+    }
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def to_job(
+    request: ChatCompletionRequest, request_id: str, models: list[str], tenant: str
+) -> ChatJob:
+    check_model(request.model, models)
     _refuse_unsupported(request)
     # Ranges and lengths (temperature, top_p, max_tokens, stop, seed) were checked as the
     # body was decoded: they are constraints on ChatCompletionRequest's fields.
-    return ChatJob(
+    return ForwardedJob(
         request_id=request_id,
         model=request.model,
         messages=flatten_messages(request.messages),
@@ -198,6 +204,7 @@ def to_job(
         seed=request.seed,
         ignore_eos=request.ignore_eos,
         cache_salt=prefix_cache_salt(tenant, request.cache_salt),
+        fields=_forwarded(request),
     )
 
 

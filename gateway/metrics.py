@@ -5,7 +5,8 @@ cache counters are read from their owners at scrape time, so they can never drif
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import collections
+from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 from litestar.types import Message, Scope
@@ -57,11 +58,13 @@ class _LiveCollector(Collector):
         cache_stats: Callable[[], CacheStats | None],
         cache_health: Callable[[], CacheHealth | None],
         upstream_health: Callable[[], list[UpstreamHealth]],
+        passed_through: Mapping[str, int],
     ) -> None:
         self.gauges = gauges
         self.cache_stats = cache_stats
         self.cache_health = cache_health
         self.upstream_health = upstream_health
+        self.passed_through = passed_through
 
     def collect(self) -> Iterator[Metric]:
         g = self.gauges()
@@ -79,12 +82,12 @@ class _LiveCollector(Collector):
                 health.redis_restarts,
             )
         s = self.cache_stats()
+        yield _bypasses(self.passed_through, s)
         if s is None:
             return
         for name, doc, value in (
             ("lookups", "Semantic-cache lookups.", s.lookups),
             ("misses", "Lookups that found no servable entry.", s.misses),
-            ("bypasses", "Requests the cache policy kept away from the cache.", s.bypasses),
             ("coalesced", "Misses that waited for an equivalent request in flight.", s.coalesced),
             ("guard_rejections", "Lookups where the guard rejected a candidate.",
              s.guard_rejections),
@@ -110,6 +113,19 @@ class _LiveCollector(Collector):
             rules.add_metric([rule], count)
         yield rules
         yield _similarity_histogram(s)
+
+
+def _bypasses(passed_through: Mapping[str, int], s: CacheStats | None) -> Metric:
+    """Requests kept away from the cache, by reason: each pass-through's (tools, n, ...:
+    gateway/bypass.py), and `cache` for the cache's own (its policy, or Redis down)."""
+    family = CounterMetricFamily(
+        "semgate_cache_bypasses", "Requests kept away from the cache, by reason.", labels=["reason"]
+    )
+    if s is not None:
+        family.add_metric(["cache"], s.bypasses)
+    for reason, count in sorted(passed_through.items()):
+        family.add_metric([reason], count)
+    return family
 
 
 def _engine_metrics(g: EngineGauges) -> Iterator[Metric]:
@@ -204,6 +220,8 @@ class GatewayMetrics:
         upstream_health: Callable[[], list[UpstreamHealth]],
     ) -> None:
         self.registry = CollectorRegistry()
+        # Requests passed through to the upstreams, by reason (gateway/passthrough.py).
+        self.passed_through: collections.Counter[str] = collections.Counter()
         labels = ["model_name", "cache_status"]
         self.ttft = Histogram(
             "semgate_time_to_first_token_seconds",
@@ -275,7 +293,9 @@ class GatewayMetrics:
             ["model_name"],
             registry=self.registry,
         )
-        self.registry.register(_LiveCollector(gauges, cache_stats, cache_health, upstream_health))
+        self.registry.register(
+            _LiveCollector(gauges, cache_stats, cache_health, upstream_health, self.passed_through)
+        )
 
     def observe_engine_request(self, model: str, m: RequestMetrics) -> None:
         """A finished in-process engine request's phases (those it went through)."""

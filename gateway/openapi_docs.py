@@ -55,6 +55,10 @@ CHAT_RESPONSES = {
 # Sent with chat answers; the OpenAPI document lists them on its 200.
 ANSWER_HEADERS = {
     "X-Cache-Status": "Hit, Miss (the cache was asked) or Bypass (it was not)",
+    "X-Cache-Bypass-Reason": "With upstreams, why the request was passed through as it came "
+    "(tools, tool_choice, tool_messages, response_format, logprobs, n, presence_penalty, "
+    "frequency_penalty, logit_bias, top_k, min_p, repetition_penalty, non_text_content, "
+    "unknown_field)",
     "X-Cache-Similarity": "On a hit: the cached question's similarity (1.0 for the exact tier)",
     "X-Cache-Entry": "On a hit: the entry's id",
     "Age": "On a hit: seconds since the answer was stored",

@@ -23,6 +23,7 @@ from gateway.auth import Keyring
 from gateway.completions import ChatService
 from gateway.errors import APIError
 from gateway.metrics import CacheHealth, GatewayMetrics
+from gateway.passthrough import PassThrough
 from gateway.settings import Settings
 from gateway.upstream import HttpUpstream, InProcessEngine, Upstream
 
@@ -66,6 +67,12 @@ class Runtime:
         # Replicas can only share an external Redis: an embedded one is this process's.
         shared = settings.redis_url is not None
         self.chat = ChatService(self.upstream, None, self.metrics, early, shared)
+        # Remote servers answer what the cache cannot key; the in-process engine refuses it.
+        self.passthrough = (
+            PassThrough(self.upstream, self.metrics)
+            if isinstance(self.upstream, HttpUpstream)
+            else None
+        )
         self.started = int(time.time())
         # Why each part is not up yet (shown by /ready), kept apart so that one part
         # coming up never hides the other's failure.

@@ -1,5 +1,6 @@
 """The OpenAI Chat Completions wire types, as msgspec Structs. Unknown request fields
-are ignored (msgspec's default), so newer SDKs keep working. Plain limits on request
+are ignored by decoding (msgspec's default), so newer SDKs keep working; with upstreams
+a request that has any is passed through (gateway/bypass.py). Plain limits on request
 values are constraints (`msgspec.Meta`) on the fields: decoding checks them (a value out
 of range is a 400 naming the field, gateway/strict_json.py), and the OpenAPI document
 shows them."""
@@ -13,7 +14,7 @@ from msgspec import Meta
 
 from cache.store import MAX_TTL
 
-Role = Literal["system", "developer", "user", "assistant", "tool"]
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
 MAX_STOP = 4
 MAX_SEED = 2**63 - 1
@@ -29,6 +30,10 @@ class ChatMessage(msgspec.Struct):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    # An assistant's tool calls and a tool result's call id: read only to pass them on.
+    tool_calls: list[dict[str, Any]] | None = None
+    function_call: dict[str, Any] | None = None
+    tool_call_id: str | None = None
 
 
 class StreamOptions(msgspec.Struct):
@@ -58,8 +63,8 @@ class ChatCompletionRequest(msgspec.Struct):
     ignore_eos: bool = False  # vLLM's extension: generate max_tokens tokens, EOS or not
     cache_salt: str | None = None  # vLLM's extension: share prefix-cache blocks only within it
     cache: CacheOptions | None = None
-    # Accepted so that requests naming them get a clear refusal (or are honoured when
-    # they ask for nothing the engine lacks), rather than being silently ignored.
+    # Never silently ignored: values that ask for something (gateway/bypass.py) are
+    # passed through to upstreams, and refused by the in-process engine.
     logprobs: bool | None = None
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
@@ -68,6 +73,10 @@ class ChatCompletionRequest(msgspec.Struct):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     response_format: dict[str, Any] | None = None
+    # vLLM's sampling extensions (-1 and 0: top_k off).
+    top_k: Annotated[int, Meta(ge=-1)] | None = None
+    min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    repetition_penalty: Annotated[float, Meta(gt=0)] | None = None
 
 
 class Usage(msgspec.Struct):

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 import msgspec
 from litestar import Request, Response, post
 from litestar.params import Parameter
-from litestar.response import ServerSentEvent
+from litestar.response import ServerSentEvent, Stream
 
 from gateway import server_timing
+from gateway.bypass import bypass_reason
 from gateway.completions import Answer, CacheDirectives, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import APIError
@@ -118,7 +119,9 @@ async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
     status_code=200,
     summary="Create a chat completion (OpenAI-compatible)",
     description="Answers from the semantic cache when an equivalent question was answered "
-    "before (X-Cache-Status: Hit), else from the engine. `stream: true` returns SSE chunks.",
+    "before (X-Cache-Status: Hit), else from the engine. `stream: true` returns SSE chunks. "
+    "With upstreams, what the cache cannot key (tools, logprobs, n > 1, ...) is passed "
+    "through as it came (X-Cache-Status: Bypass, X-Cache-Bypass-Reason).",
     tags=["chat"],
     dto=StrictJSON[ChatCompletionRequest],
     return_dto=None,
@@ -136,7 +139,7 @@ async def chat_completions(
         description="no-cache (skip the lookup, still store), no-store (neither), max-age=N "
         "(serve only a cached answer at most N seconds old)",
     ),
-) -> Response[ChatCompletion] | ServerSentEvent:
+) -> Response[ChatCompletion] | ServerSentEvent | Response[bytes] | Stream:
     runtime.check_ready()  # never waits for Redis: uncached while it is down (fail open)
     tenant: str = request.state.tenant  # set by api_key_guard (the /v1 router's)
     ttl = data.cache.ttl if data.cache is not None else None
@@ -145,6 +148,12 @@ async def chat_completions(
     # prefilling, or a JSON answer being generated); a stream notices on its own.
     watch = DisconnectWatch(request.receive)
     try:
+        if runtime.passthrough is not None:
+            # The body as received (decoded strictly into `data` already): what the
+            # upstreams get if the cache cannot key it.
+            body = msgspec.json.decode(await request.body())
+            if (reason := bypass_reason(data, body)) is not None:
+                return await watch.run(runtime.passthrough.answer(data, body, reason, tenant))
         answer = await watch.run(chat.answer(data, tenant, directives))
         headers = {"X-Cache-Status": answer.cache_status.capitalize(), **answer.headers}
         if data.stream:

@@ -8,13 +8,14 @@ from gateway.upstream.base import (
     UpstreamError,
     UpstreamHealth,
 )
-from gateway.upstream.http import HttpUpstream
+from gateway.upstream.http import ForwardedJob, HttpUpstream
 from gateway.upstream.in_process import InProcessEngine
 
 __all__ = [
     "ChatJob",
     "Delta",
     "EngineGauges",
+    "ForwardedJob",
     "HttpUpstream",
     "InProcessEngine",
     "Upstream",

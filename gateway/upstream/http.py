@@ -8,7 +8,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,34 +126,24 @@ class HttpUpstream:
     async def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
         """Runs `job` on a healthy server; before the first delta, a server that fails
         is marked down and the next one is tried (each at most once)."""
-        if self._client is None:
-            raise RuntimeError("HttpUpstream.stream() before start()")
         body = _request_body(job)
-        headers = {"X-Request-Id": job.request_id}  # the completion id, for the engine's logs
         tried: set[str] = set()
         failures: list[str] = []
-        while (server := self._pick(job.model, tried)) is not None:
-            tried.add(server.base)
-            url = f"{server.base}/v1/chat/completions"
+        while True:
+            server, resp = await self._open(job.model, body, job.request_id, tried, failures)
             yielded = False
             try:
-                async with self._client.stream("POST", url, json=body, headers=headers) as resp:
-                    if resp.status_code in _DOWN_STATUSES:  # this server cannot serve now
-                        await resp.aread()
-                        failures.append(f"{server.base}: HTTP {resp.status_code}")
-                        self._mark_down(server, f"HTTP {resp.status_code}")
-                        continue
-                    if resp.status_code >= 500:  # this request broke it: not for the others
-                        await resp.aread()
-                        logger.warning("upstream %s: HTTP %d", server.base, resp.status_code)
-                        raise UpstreamError(502, "the upstream failed", "upstream_error")
-                    if resp.status_code >= 400:
-                        await resp.aread()
-                        raise _http_error(resp)
-                    async for delta in _parse_sse(resp, _head_timings(resp)):
-                        yielded = True
-                        yield delta
-                    return
+                if resp.status_code >= 500:  # this request broke it: not for the others
+                    await resp.aread()
+                    logger.warning("upstream %s: HTTP %d", server.base, resp.status_code)
+                    raise UpstreamError(502, "the upstream failed", "upstream_error")
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise http_error(resp)
+                async for delta in _parse_sse(resp, _head_timings(resp)):
+                    yielded = True
+                    yield delta
+                return
             except _RETRYABLE as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 self._mark_down(server, reason)
@@ -162,12 +152,51 @@ class HttpUpstream:
                         502, "the upstream failed mid-answer", "upstream_error"
                     ) from exc
                 failures.append(f"{server.base}: {reason}")
-            except httpx.TimeoutException as exc:
-                logger.warning("upstream %s timed out: %r", server.base, exc)
-                raise UpstreamError(504, "the upstream timed out", "upstream_error") from exc
             except httpx.HTTPError as exc:
-                logger.warning("upstream %s failed: %r", server.base, exc)
-                raise UpstreamError(502, "the upstream failed", "upstream_error") from exc
+                raise upstream_failure(exc) from exc
+            finally:
+                await resp.aclose()
+
+    async def post(self, model: str, body: Mapping[str, Any], request_id: str) -> httpx.Response:
+        """`body` as it is, sent to a healthy server that serves `model`, as stream()
+        sends its jobs (servers that cannot be reached, or answer 502, 503 or 504, are
+        marked down and the next is tried). Returns the response with its head read and
+        its body not: the caller reads and closes it."""
+        return (await self._open(model, body, request_id, set(), []))[1]
+
+    async def _open(
+        self,
+        model: str,
+        body: Mapping[str, Any],
+        request_id: str,
+        tried: set[str],
+        failures: list[str],
+    ) -> tuple[_Server, httpx.Response]:
+        """The first response (head only) from a healthy untried server that can serve
+        now; 503 when none is left."""
+        if self._client is None:
+            raise RuntimeError("HttpUpstream used before start()")
+        headers = {"X-Request-Id": request_id}  # the completion id, for the engine's logs
+        while (server := self._pick(model, tried)) is not None:
+            tried.add(server.base)
+            request = self._client.build_request(
+                "POST", f"{server.base}/v1/chat/completions", json=body, headers=headers
+            )
+            try:
+                resp = await self._client.send(request, stream=True)
+            except _RETRYABLE as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                self._mark_down(server, reason)
+                failures.append(f"{server.base}: {reason}")
+                continue
+            except httpx.HTTPError as exc:  # a timeout, or a failure not worth a retry
+                raise upstream_failure(exc) from exc
+            if resp.status_code in _DOWN_STATUSES:  # this server cannot serve now
+                await resp.aclose()
+                failures.append(f"{server.base}: HTTP {resp.status_code}")
+                self._mark_down(server, f"HTTP {resp.status_code}")
+                continue
+            return server, resp
         # Details (addresses, errors) go to the log, not to clients.
         logger.warning("no healthy upstream: %s", "; ".join(failures) or self._describe())
         raise UpstreamError(
@@ -257,8 +286,26 @@ class HttpUpstream:
                 logger.exception("upstream health check round failed")
 
 
+@dataclass(frozen=True)
+class ForwardedJob(ChatJob):
+    """A job with the request's fields that only remote servers read (the end user's
+    id, vLLM's sampling fields at neutral values): sent as they came."""
+
+    fields: Mapping[str, object] = field(default_factory=dict, compare=False)
+
+
+def upstream_failure(exc: httpx.HTTPError) -> UpstreamError:
+    """A failure not worth another server's time, as its client is told."""
+    if isinstance(exc, httpx.TimeoutException):
+        logger.warning("upstream timed out: %r", exc)
+        return UpstreamError(504, "the upstream timed out", "upstream_error")
+    logger.warning("upstream failed: %r", exc)
+    return UpstreamError(502, "the upstream failed", "upstream_error")
+
+
 def _request_body(job: ChatJob) -> dict[str, Any]:
     body: dict[str, Any] = {
+        **(job.fields if isinstance(job, ForwardedJob) else {}),
         "model": job.model,
         "messages": job.messages,
         "stream": True,
@@ -344,7 +391,7 @@ def _event_error(err: Any) -> UpstreamError:
     return UpstreamError(status, message, "upstream_error", code if isinstance(code, str) else None)
 
 
-def _http_error(resp: httpx.Response) -> UpstreamError:
+def http_error(resp: httpx.Response) -> UpstreamError:
     """A 4xx from the server, passed through with its OpenAI error fields; except 401 and
     403, which concern the gateway's own key to the upstream, not the client's."""
     if resp.status_code in (401, 403):

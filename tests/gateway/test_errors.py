@@ -71,9 +71,14 @@ def test_malformed_and_mistyped_bodies(
         ({"max_tokens": 0}, "max_tokens"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+        ({"messages": [{"role": "tool", "tool_call_id": "c", "content": "42"}]}, "messages"),
+        ({"response_format": {"type": "json_schema", "json_schema": {}}}, "response_format"),
+        ({"top_k": 40}, "top_k"),
+        ({"repetition_penalty": 1.2}, "repetition_penalty"),
     ],
-    ids=["empty-messages", "n", "tools", "logprobs", "temperature", "max-tokens", "stop", "image"],
-)
+    ids=["empty-messages", "n", "tools", "logprobs", "temperature", "max-tokens", "stop", "image",
+         "tool-message", "json-schema", "top-k", "repetition-penalty"],
+)  # fmt: skip
 def test_values_the_engine_cannot_honour(http: httpx.Client, overrides: dict, param: str):
     response = http.post("/v1/chat/completions", json=chat_body("Hi", **overrides))
     assert assert_error(response, 400)["param"] == param

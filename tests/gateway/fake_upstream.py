@@ -1,0 +1,153 @@
+"""A small OpenAI-compatible server for the pass-through tests, in a thread of the test
+process: it answers tool calls (whole, or as streamed tool-call deltas), structured
+outputs, logprobs and n > 1, and records every chat body it receives. A body naming
+`x_status` gets that status with an OpenAI error (vLLM-style: an unknown field that
+only a server behind the gateway reads)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from cache.redis_server import free_port
+
+MODEL = "fake-model"
+ARGUMENTS = '{"a": 6, "b": 7}'  # every tool call's
+STRUCTURED = {"city": "Paris", "country": "France"}  # every structured output's
+SERVER_TIMING = "queue;dur=1.5, prefill;dur=2.5, decode;dur=3.5"
+ERROR = {"message": "I'm a teapot", "type": "invalid_request_error", "param": None, "code": "x"}
+
+
+def _message(body: dict[str, Any], index: int) -> tuple[dict[str, Any], str]:
+    """The answer's message for choice `index`, and its finish_reason."""
+    tools = body.get("tools")
+    if tools and body.get("tool_choice") != "none":
+        call = {
+            "id": f"call_{index}",
+            "type": "function",
+            "function": {"name": tools[0]["function"]["name"], "arguments": ARGUMENTS},
+        }
+        return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+    if (body.get("response_format") or {}).get("type") in ("json_object", "json_schema"):
+        return {"role": "assistant", "content": json.dumps(STRUCTURED)}, "stop"
+    return {"role": "assistant", "content": f"Answer {index} from the fake."}, "stop"
+
+
+def _logprobs(body: dict[str, Any], text: str) -> dict[str, Any] | None:
+    if not body.get("logprobs"):
+        return None
+    return {"content": [{"token": text, "logprob": -0.25, "bytes": None, "top_logprobs": []}]}
+
+
+def _chunk(index: int, delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    choice = {"index": index, "delta": delta, "finish_reason": None, **extra}
+    return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1,
+            "model": MODEL, "choices": [choice]}  # fmt: skip
+
+
+def _chunks(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The streamed answer: per choice, the role, then the tool call's deltas (its id and
+    name, then its arguments in two pieces) or the content word by word, then the
+    finish_reason; the usage last if asked."""
+    for index in range(body.get("n") or 1):
+        message, finish = _message(body, index)
+        yield _chunk(index, {"role": "assistant", "content": ""})
+        for call in message.get("tool_calls") or []:
+            head = {"index": 0, "id": call["id"], "type": "function",
+                    "function": {"name": call["function"]["name"], "arguments": ""}}  # fmt: skip
+            yield _chunk(index, {"tool_calls": [head]})
+            half = len(ARGUMENTS) // 2
+            for piece in (ARGUMENTS[:half], ARGUMENTS[half:]):
+                yield _chunk(
+                    index, {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+                )
+        for word in (message["content"] or "").split(" "):
+            yield _chunk(index, {"content": word + " "}, logprobs=_logprobs(body, word))
+        final = _chunk(index, {})
+        final["choices"][0]["finish_reason"] = finish
+        yield final
+    if (body.get("stream_options") or {}).get("include_usage"):
+        usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+        yield {**_chunk(0, {}), "choices": [], "usage": usage}
+
+
+def _completion(body: dict[str, Any]) -> dict[str, Any]:
+    choices = []
+    for index in range(body.get("n") or 1):
+        message, finish = _message(body, index)
+        logprobs = _logprobs(body, message["content"] or "")
+        choices.append(
+            {"index": index, "message": message, "finish_reason": finish, "logprobs": logprobs}
+        )
+    usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": MODEL,
+            "choices": choices, "usage": usage}  # fmt: skip
+
+
+class FakeUpstream:
+    """Serves on a free loopback port while entered; `bodies` holds each chat body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.port = free_port()
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> FakeUpstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def _send(self, status: int, payload: object, **headers: str) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in headers.items():
+                    self.send_header(name.replace("_", "-"), value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/health":
+                    self._send(200, {})
+                elif self.path == "/v1/models":
+                    self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+                else:  # no /ready nor /metrics: the gateway asks /health and /v1/models
+                    self._send(404, {"error": ERROR})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.bodies.append(body)
+                if "x_status" in body:
+                    self._send(body["x_status"], {"error": ERROR}, Retry_After="7")
+                elif not body.get("stream"):
+                    self._send(200, _completion(body), Server_Timing=SERVER_TIMING)
+                else:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Server-Timing", SERVER_TIMING)
+                    self.end_headers()
+                    for chunk in _chunks(body):
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+
+        return Handler
