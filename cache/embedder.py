@@ -238,7 +238,11 @@ class Embedder:
         # without tokenizing megabytes.
         if len(text) > self.max_tokens * MAX_WORD_CHARS:
             return False
-        return len(self._counter.encode(text).ids) <= self.max_tokens
+        return self.num_tokens(text) <= self.max_tokens
+
+    def num_tokens(self, text: str) -> int:
+        """The text's tokens, [CLS] and [SEP] included, untruncated."""
+        return len(self._counter.encode(text).ids)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embeds now, on the calling thread: [len(texts), dims] float32, unit rows."""

@@ -412,8 +412,9 @@ class SemanticCache:
 
 class CacheRuntime:
     """Owns what the cache needs at run time: Redis (embedded unless a URL is given,
-    and watched either way by `supervisor`), the embedder and the store.
-    `async with CacheRuntime(...) as cache:`."""
+    and watched either way by `supervisor`), the embedder (unless the caller lends its
+    own, which it then closes itself) and the store. `async with CacheRuntime(...) as
+    cache:`."""
 
     def __init__(
         self,
@@ -421,6 +422,7 @@ class CacheRuntime:
         data_dir: Path | None = None,
         maxmemory: str = "512mb",
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        embedder: Embedder | None = None,
         **cache_options: Any,
     ) -> None:
         self.redis_url = redis_url
@@ -428,7 +430,8 @@ class CacheRuntime:
         self.maxmemory = maxmemory
         self.max_connections = max_connections
         self.cache_options = cache_options
-        self.embedder: Embedder | None = None
+        self.embedder = embedder
+        self._owns_embedder = embedder is None
         self.server: EmbeddedRedis | None = None
         self.store: CacheStore | None = None
         self.supervisor: RedisSupervisor | None = None
@@ -445,7 +448,9 @@ class CacheRuntime:
                     self.data_dir = Path(self._tmp.name)
                 self.server = EmbeddedRedis(self.data_dir, maxmemory=self.maxmemory)
                 url = await asyncio.to_thread(self.server.start)
-            self.embedder = emb = await asyncio.to_thread(Embedder)
+            if self.embedder is None:
+                self.embedder = await asyncio.to_thread(Embedder)
+            emb = self.embedder
             self.store = CacheStore(
                 url, emb.model_id, emb.dims, max_connections=self.max_connections
             )
@@ -462,7 +467,7 @@ class CacheRuntime:
             await self.supervisor.stop()
         if self.store is not None:
             await self.store.close()
-        if self.embedder is not None:
+        if self.embedder is not None and self._owns_embedder:
             self.embedder.close()
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)

@@ -16,17 +16,21 @@ if TYPE_CHECKING:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from gateway.routing_settings import parse_aliases, parse_upstreams
     from gateway.settings import FLAT_SETTINGS, Settings, parse_pairs
 
     # Flags named like a setting (the engine's too) pass straight through (None: not
     # given); the rest are spelled for the command line.
     given = vars(args)
     direct = {name: given[name] for name in FLAT_SETTINGS if name in given}
+    upstreams = parse_upstreams(args.upstream, "--upstream") if args.upstream else {}
+    aliases = parse_aliases(args.model_alias, "--model-alias") if args.model_alias else None
     return Settings.load(
         args.config,
         **direct,
+        **upstreams,
+        model_aliases=aliases,
         api_keys=parse_pairs(args.api_key_pairs, "--api-keys") if args.api_key_pairs else None,
-        upstreams=args.upstream.split(",") if args.upstream else None,
         cache=False if args.no_cache else None,
         chunked_prefill=False if args.no_chunked_prefill else None,
         prefix_caching=False if args.no_prefix_caching else None,
@@ -158,9 +162,24 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--upstream",
+        action="append",
         default=None,
-        metavar="URL[,URL...]",
-        help="forward misses to these OpenAI-compatible servers instead of a local engine",
+        metavar="[MODEL=]URL[,URL...]",
+        help="forward misses to these OpenAI-compatible servers instead of a local engine: "
+        "their models are discovered, or MODEL= names the one they serve; repeatable",
+    )
+    serve.add_argument(
+        "--model-alias",
+        action="append",
+        default=None,
+        metavar="PUBLIC=MODEL",
+        help="let clients ask for MODEL as PUBLIC too; repeatable",
+    )
+    serve.add_argument(
+        "--local-engine",
+        action="store_true",
+        default=None,
+        help="run the in-process engine (--model) beside the upstreams",
     )
     serve.add_argument("--no-cache", action="store_true", help="serve without the cache")
     serve.add_argument("--redis-url", default=None, help="default: an embedded Redis Stack")

@@ -20,8 +20,10 @@ from gateway.rate_limits import rate_limit_middleware
 from gateway.request_id import add_request_id
 from gateway.routes.admin import admin_router
 from gateway.routes.chat import chat_completions
+from gateway.routes.embeddings import create_embeddings
 from gateway.routes.health import health, metrics, ready
 from gateway.routes.models import get_model, list_models
+from gateway.routes.text_completions import text_completions
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.upstream import Upstream
@@ -46,7 +48,13 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
         path="/v1",
         guards=[api_key_guard],
         security=[{"ApiKey": []}],
-        route_handlers=[chat_completions, list_models, get_model],
+        route_handlers=[
+            chat_completions,
+            create_embeddings,
+            text_completions,
+            list_models,
+            get_model,
+        ],
     )
     return Litestar(
         route_handlers=[v1, admin_router, health, ready, metrics, swagger_assets()],
@@ -56,6 +64,7 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
             "runtime": Provide(lambda: runtime, sync_to_thread=False),
             "chat": Provide(lambda: runtime.chat, sync_to_thread=False),
             "upstream": Provide(lambda: runtime.upstream, sync_to_thread=False),
+            "embeddings": Provide(lambda: runtime.embeddings, sync_to_thread=False),
             "started": Provide(lambda: runtime.started, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ from gateway.errors import APIError
 from gateway.metrics import GatewayMetrics
 from gateway.schemas import ChatCompletionRequest, ChatMessage
 from gateway.tokens import token_counter
-from gateway.upstream import ChatJob, Delta, ForwardedJob, Upstream
+from gateway.upstream import ChatJob, Delta, ForwardedJob, ModelRouter
 
 # Flights are shared with other gateway processes through Redis as JSON deltas.
 DELTA_CODEC = (msgspec.json.encode, partial(msgspec.json.decode, type=Delta))
@@ -186,16 +186,14 @@ def _forwarded(request: ChatCompletionRequest) -> dict[str, object]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
-def to_job(
-    request: ChatCompletionRequest, request_id: str, models: list[str], tenant: str
-) -> ChatJob:
-    check_model(request.model, models)
+def to_job(request: ChatCompletionRequest, request_id: str, model: str, tenant: str) -> ChatJob:
+    """`request` as `model` runs it: the name it is served under (ModelRouter.route)."""
     _refuse_unsupported(request)
     # Ranges and lengths (temperature, top_p, max_tokens, stop, seed) were checked as the
     # body was decoded: they are constraints on ChatCompletionRequest's fields.
     return ForwardedJob(
         request_id=request_id,
-        model=request.model,
+        model=model,
         messages=flatten_messages(request.messages),
         max_tokens=request.max_completion_tokens or request.max_tokens,
         temperature=1.0 if request.temperature is None else request.temperature,
@@ -211,7 +209,7 @@ def to_job(
 class ChatService:
     def __init__(
         self,
-        upstream: Upstream,
+        upstream: ModelRouter,
         cache: SemanticCache | None,
         metrics: GatewayMetrics,
         early_start: bool = True,
@@ -220,7 +218,9 @@ class ChatService:
         self.upstream = upstream
         self.cache = cache
         self.metrics = metrics
-        self.early_start = early_start  # start the upstream while the cache is asked
+        # Start the upstream while the cache is asked, where a hit aborts it cheaply
+        # (against remote upstreams every hit would cost them a request).
+        self.early_start = early_start
         # Coalesce with other gateway processes through Redis (costs a few round trips
         # per miss, so only where other replicas can share the Redis).
         self.codec = DELTA_CODEC if share_flights else None
@@ -231,7 +231,9 @@ class ChatService:
     ) -> Answer:
         started = time.perf_counter()
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
-        job = to_job(request, answer_id, self.upstream.models(), tenant)
+        # The job, the cache's partition and the metrics name the served model (an
+        # alias's target); the answer names the model the client asked for.
+        job = to_job(request, answer_id, self.upstream.route(request.model), tenant)
         self.upstream.refuse_oversized(job)
         cache_request = CacheRequest(
             model=job.model,
@@ -243,7 +245,7 @@ class ChatService:
         early: EarlyStart | None = None
         own: server_timing.Timings = {}  # the gateway's own timings: cache, embed
         if self.cache is not None and directives.lookup:
-            if self.early_start:
+            if self.early_start and self.upstream.cheap_abort_of(job.model):
                 early = EarlyStart(self.upstream.stream(job))
                 # One turn of the loop: the early start reaches the engine before the
                 # lookup's own work (hashing, the Redis round trips) runs.
@@ -261,7 +263,7 @@ class ChatService:
                     own["embed"] = lookup.embed_seconds * 1000
             if lookup.hit is not None:
                 await self._abort_early(early)
-                return self._replay(answer_id, job, lookup.hit, started, own)
+                return self._replay(answer_id, request.model, job, lookup.hit, started, own)
         # An answer cut at one of this request's stop sequences also ends with "stop",
         # but it is not the whole answer to the question: never store those.
         store = self.cache is not None and directives.store and not job.stop
@@ -293,7 +295,30 @@ class ChatService:
         first = await _first(deltas)  # raises the upstream's refusal as an APIError
         timed = self._timed(first, deltas, job.model, status, started, own)
         timings = server_timing.merge(own, first.timings)
-        return Answer(answer_id, job.model, int(time.time()), status, timed, headers, timings)
+        return Answer(answer_id, request.model, int(time.time()), status, timed, headers, timings)
+
+    async def uncached(self, job: ChatJob, reason: str) -> Answer:
+        """`job` on the upstream, never looked up nor stored (text completions): counted
+        as a bypass by `reason`, and observed for /metrics as any answer."""
+        started = time.perf_counter()
+        self.upstream.refuse_oversized(job)
+        self.metrics.passed_through[reason] += 1
+        deltas = self._counted(self.upstream.stream(job), job.model)
+        first = await _first(deltas)  # raises the upstream's refusal as an APIError
+        timed = self._timed(first, deltas, job.model, "bypass", started, {})
+        timings = dict(first.timings or {})
+        return Answer(job.request_id, job.model, int(time.time()), "bypass", timed, {}, timings)
+
+    async def _counted(
+        self, source: AsyncGenerator[Delta, None], model: str
+    ) -> AsyncGenerator[Delta, None]:
+        try:
+            async for delta in source:
+                if delta.finish_reason is not None:
+                    self._count(delta, model)
+                yield delta
+        finally:
+            await source.aclose()  # leaving early aborts it
 
     async def _abort_early(self, early: EarlyStart | None) -> None:
         if early is not None:
@@ -314,6 +339,7 @@ class ChatService:
     def _replay(
         self,
         answer_id: str,
+        model: str,
         job: ChatJob,
         hit: Candidate,
         started: float,
@@ -327,25 +353,32 @@ class ChatService:
         }
 
         async def final() -> AsyncGenerator[Delta, None]:
-            # Usage as a generated answer reports it: this request's own prompt and the
-            # answer, counted by the model's tokenizer where this gateway has it; else the
-            # counts stored with the entry (its original prompt's), 0 where unknown.
+            # Usage as the answer cost when it was generated (or counted when seeded): the
+            # counts stored with the entry, its original prompt's. All of that prompt was
+            # served from cache. A count the entry lacks (an upstream that sent no usage)
+            # is counted here where this gateway has the model's tokenizer (the prompt:
+            # this request's own).
             prompt = entry.metadata.get("prompt_tokens")
             completion = entry.metadata.get("completion_tokens")
-            counter = token_counter(self.upstream, job.model)
+            counter = None
+            if not (isinstance(prompt, int) and isinstance(completion, int)):
+                counter = token_counter(self.upstream, job.model)
             if counter is not None:
-                with contextlib.suppress(ValueError):  # the chat template refused them
-                    prompt = await counter.prompt(job.messages)
+                if not isinstance(prompt, int):
+                    with contextlib.suppress(ValueError):  # the chat template refused them
+                        prompt = await counter.prompt(job.messages)
                 if not isinstance(completion, int):
                     completion = await counter.completion(entry.response)
+            known = isinstance(prompt, int)
             yield Delta(
                 finish_reason="stop",
-                prompt_tokens=int(prompt or 0),
-                completion_tokens=int(completion or 0),
+                prompt_tokens=prompt if known else 0,
+                completion_tokens=completion if isinstance(completion, int) else 0,
+                cached_tokens=prompt if known else None,
             )
 
         timed = self._timed(Delta(entry.response), final(), job.model, "hit", started, own)
-        return Answer(answer_id, job.model, int(time.time()), "hit", timed, headers, own)
+        return Answer(answer_id, model, int(time.time()), "hit", timed, headers, own)
 
     async def _produce(
         self,
@@ -383,8 +416,7 @@ class ChatService:
         ttl: int | None,
     ) -> asyncio.Task[object] | None:
         """Counts the upstream's tokens and starts storing the answer (policy permitting)."""
-        self.metrics.prompt_tokens.labels(cache_request.model).inc(final.prompt_tokens or 0)
-        self.metrics.generation_tokens.labels(cache_request.model).inc(final.completion_tokens or 0)
+        self._count(final, cache_request.model)
         if not store or self.cache is None:
             return None
         outcome = CompletionOutcome(text, final.finish_reason)
@@ -400,6 +432,10 @@ class ChatService:
         self._stores.add(task)
         task.add_done_callback(self._stores.discard)
         return task
+
+    def _count(self, final: Delta, model: str) -> None:
+        self.metrics.prompt_tokens.labels(model).inc(final.prompt_tokens or 0)
+        self.metrics.generation_tokens.labels(model).inc(final.completion_tokens or 0)
 
     async def _timed(
         self,

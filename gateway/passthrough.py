@@ -3,7 +3,8 @@ sent to them as it came, and its client gets the upstream's own response, JSON o
 answer or error, byte for byte: tool-call deltas, logprobs and every choice reach it.
 It is never looked up nor stored; it leaves with `X-Cache-Status: Bypass` and
 `X-Cache-Bypass-Reason`, and is counted by reason. A cache in front must never be why a
-feature stops working."""
+feature stops working. Text completions go the same way, to the upstreams'
+/v1/completions (gateway/text_completions.py)."""
 
 from __future__ import annotations
 
@@ -18,20 +19,21 @@ from litestar import Response
 from litestar.response import Stream
 
 from gateway import server_timing
-from gateway.completions import check_model, prefix_cache_salt
+from gateway.completions import prefix_cache_salt
 from gateway.metrics import GatewayMetrics
-from gateway.schemas import ChatCompletionRequest
-from gateway.upstream import HttpUpstream, UpstreamError
+from gateway.model_rename import renamed, renamed_lines
+from gateway.schemas import ChatCompletionRequest, CompletionRequest
+from gateway.upstream import ModelRouter, UpstreamError
 from gateway.upstream.http import http_error, upstream_failure
 
 # The gateway's own fields, never sent on: the answer's cache TTL, and the client's
 # prefix-cache salt (replaced by the tenant's, as on the cached path).
 _GATEWAY_FIELDS = ("cache", "cache_salt")
+CHAT_PATH = "/v1/chat/completions"
+Forwardable = ChatCompletionRequest | CompletionRequest
 
 
-def _forwarded(
-    body: Mapping[str, Any], request: ChatCompletionRequest, tenant: str
-) -> dict[str, Any]:
+def _forwarded(body: Mapping[str, Any], request: Forwardable, tenant: str) -> dict[str, Any]:
     forwarded = {name: value for name, value in body.items() if name not in _GATEWAY_FIELDS}
     salt = prefix_cache_salt(tenant, request.cache_salt)
     if salt is not None:
@@ -48,25 +50,39 @@ def _openai_error(content: bytes) -> bool:
 
 
 class PassThrough:
-    """Answers pass-throughs from the upstreams' servers (those HttpUpstream picks)."""
+    """Answers pass-throughs from the servers of the request's model (those HttpUpstream
+    picks), under the name they serve it by; the response names the model as asked."""
 
-    def __init__(self, upstream: HttpUpstream, metrics: GatewayMetrics) -> None:
+    def __init__(self, upstream: ModelRouter, metrics: GatewayMetrics) -> None:
         self.upstream = upstream
         self.metrics = metrics
 
+    def serves(self, model: str) -> bool:
+        """Whether remote servers serve `model` (404 or 503 for a model nobody serves,
+        ModelRouter.target); the in-process engine's model is not passed through."""
+        return self.upstream.remote(model) is not None
+
     async def answer(
         self,
-        request: ChatCompletionRequest,
+        request: Forwardable,
         body: Mapping[str, Any],
         reason: str,
         tenant: str,
+        path: str = CHAT_PATH,
     ) -> Response[bytes] | Stream:
-        """The upstream's response to `body` (the request as received)."""
+        """The upstream's response to `body` (the request as received), POSTed to `path`
+        (chat, or text completions)."""
         started = time.perf_counter()
-        check_model(request.model, self.upstream.models())
+        remote = self.upstream.remote(request.model)
+        assert remote is not None, "asked only for models that serves() passes through"
+        servers, served = remote
+        # Where the client asked for an alias, the response is renamed back.
+        rename = request.model if served != request.model else None
         self.metrics.passed_through[reason] += 1
-        forwarded = _forwarded(body, request, tenant)
-        resp = await self.upstream.post(request.model, forwarded, f"chatcmpl-{uuid.uuid4().hex}")
+        forwarded = {**_forwarded(body, request, tenant), "model": served}
+        prefix = "cmpl" if isinstance(request, CompletionRequest) else "chatcmpl"
+        request_id = f"{prefix}-{uuid.uuid4().hex}"
+        resp = await servers.post(served, forwarded, request_id, path)
         headers = {"X-Cache-Status": "Bypass", "X-Cache-Bypass-Reason": reason}
         # Durations only, as on the cached path (the gateway adds none: nothing was asked).
         if timings := server_timing.parse(resp.headers.get("server-timing", "")):
@@ -79,22 +95,25 @@ class PassThrough:
             if media.startswith("text/event-stream"):
                 streamed = True  # the relay closes it
                 return Stream(
-                    self._relay(resp, request.model, started), media_type=media, headers=headers
+                    self._relay(resp, served, started, rename), media_type=media, headers=headers
                 )
             content = await resp.aread()
+            if rename is not None:
+                content = renamed(content, rename)
         except httpx.HTTPError as exc:
             raise upstream_failure(exc) from exc
         finally:
             if not streamed:
                 await resp.aclose()
-        self.metrics.e2e.labels(request.model, "bypass").observe(time.perf_counter() - started)
+        self.metrics.e2e.labels(served, "bypass").observe(time.perf_counter() - started)
         return Response(content, media_type=media, headers=headers)
 
     async def _relay(
-        self, resp: httpx.Response, model: str, started: float
+        self, resp: httpx.Response, model: str, started: float, rename: str | None
     ) -> AsyncGenerator[bytes, None]:
+        chunks = resp.aiter_bytes()
         try:
-            async for chunk in resp.aiter_bytes():
+            async for chunk in chunks if rename is None else renamed_lines(chunks, rename):
                 yield chunk
         except httpx.HTTPError as exc:
             # Mid-stream: the status is sent; an error event ends it, as on the cached path.

@@ -21,11 +21,12 @@ from cache.shared_admin import SharedAdmin
 from cache.supervisor import RedisSupervisor
 from gateway.auth import Keyring
 from gateway.completions import ChatService
+from gateway.embeddings import EmbeddingService
 from gateway.errors import APIError
 from gateway.metrics import CacheHealth, GatewayMetrics
 from gateway.passthrough import PassThrough
 from gateway.settings import Settings
-from gateway.upstream import HttpUpstream, InProcessEngine, Upstream
+from gateway.upstream import HttpUpstream, InProcessEngine, ModelRouter, Upstream
 
 log = logging.getLogger("semgate.gateway")
 
@@ -33,15 +34,28 @@ CACHE_RETRY_SECONDS = (1, 2, 5, 10, 30)
 STORE_DRAIN_SECONDS = 5.0  # at shutdown, for answers still being written to the cache
 
 
-def build_upstream(settings: Settings, metrics: GatewayMetrics) -> Upstream:
-    if settings.upstreams:
-        return HttpUpstream(
-            settings.upstreams, timeout=settings.upstream_timeout, api_key=settings.upstream_api_key
+def build_upstream(settings: Settings, metrics: GatewayMetrics) -> ModelRouter:
+    """Whatever serves each model: the in-process engine first (its model is the
+    default), then the upstream groups, then the upstreams whose models are discovered."""
+    targets: list[Upstream] = []
+    if settings.runs_engine:
+        engine = settings.engine
+        targets.append(
+            InProcessEngine(
+                engine.config(),
+                max_waiting=engine.max_waiting,
+                observe=metrics.observe_engine_request,
+            )
         )
-    engine = settings.engine
-    return InProcessEngine(
-        engine.config(), max_waiting=engine.max_waiting, observe=metrics.observe_engine_request
-    )
+
+    def remote(urls: list[str], model: str | None = None) -> HttpUpstream:
+        timeout, key = settings.upstream_timeout, settings.upstream_api_key
+        return HttpUpstream(urls, timeout=timeout, api_key=key, model=model)
+
+    targets += [remote(urls, model) for model, urls in settings.upstream_groups.items()]
+    if settings.upstreams:
+        targets.append(remote(settings.upstreams))
+    return ModelRouter(targets, settings.model_aliases)
 
 
 class Runtime:
@@ -60,19 +74,19 @@ class Runtime:
             self.cache_health,
             lambda: self.upstream.health(),
         )
-        self.upstream = upstream or build_upstream(settings, self.metrics)
-        # Early starts only where a hit aborts them cheaply: against remote upstreams
-        # every hit would cost them a request.
-        early = settings.early_start and self.upstream.cheap_abort
+        self.upstream = (
+            build_upstream(settings, self.metrics) if upstream is None else ModelRouter([upstream])
+        )
         # Replicas can only share an external Redis: an embedded one is this process's.
         shared = settings.redis_url is not None
-        self.chat = ChatService(self.upstream, None, self.metrics, early, shared)
-        # Remote servers answer what the cache cannot key; the in-process engine refuses it.
+        self.chat = ChatService(self.upstream, None, self.metrics, settings.early_start, shared)
+        # Remote servers answer what the cache cannot key (PassThrough.serves); the
+        # in-process engine refuses it.
         self.passthrough = (
-            PassThrough(self.upstream, self.metrics)
-            if isinstance(self.upstream, HttpUpstream)
-            else None
+            PassThrough(self.upstream, self.metrics) if self.upstream.forwards else None
         )
+        # One embedder for /v1/embeddings and the cache (which borrows it at its start).
+        self.embeddings = EmbeddingService()
         self.started = int(time.time())
         # Why each part is not up yet (shown by /ready), kept apart so that one part
         # coming up never hides the other's failure.
@@ -167,11 +181,18 @@ class Runtime:
         s = self.settings
         for attempt in itertools.count():
             t0 = time.perf_counter()
+            try:
+                embedder = await self.embeddings.embedder()
+            except Exception as exc:  # its files are missing or broken: no retry mends that
+                self.cache_failure = f"cache start failed: the embedder did not load: {exc}"
+                log.error("%s (serving uncached)", self.cache_failure)
+                return
             runtime = CacheRuntime(
                 redis_url=s.redis_url,
                 data_dir=s.redis_data_dir,
                 maxmemory=s.redis_maxmemory,
                 max_connections=s.redis_max_connections,
+                embedder=embedder,
                 thresholds=Thresholds(s.threshold, dict(s.model_thresholds),
                                       dict(s.tenant_thresholds)),
                 policy=CachePolicy(max_temperature=s.cache_max_temperature),
@@ -210,4 +231,5 @@ class Runtime:
         if self.shared is not None:
             await self.shared.stop()
         await self._stack.aclose()
+        self.embeddings.close()
         await self.upstream.close()

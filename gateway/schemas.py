@@ -79,10 +79,23 @@ class ChatCompletionRequest(msgspec.Struct):
     repetition_penalty: Annotated[float, Meta(gt=0)] | None = None
 
 
+class PromptTokensDetails(msgspec.Struct):
+    cached_tokens: int  # of prompt_tokens, served from cache (docs/gateway.md)
+
+
 class Usage(msgspec.Struct):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    # As OpenAI and vLLM send it (0 included); absent where the upstream did not say.
+    prompt_tokens_details: PromptTokensDetails | msgspec.UnsetType = msgspec.UNSET
+
+    @classmethod
+    def of(cls, prompt: int | None, completion: int | None, cached: int | None) -> Usage:
+        """An answer's usage from its counts (None: unknown; the counts are then 0)."""
+        prompt, completion = prompt or 0, completion or 0
+        details = msgspec.UNSET if cached is None else PromptTokensDetails(cached)
+        return cls(prompt, completion, prompt + completion, details)
 
 
 class ResponseMessage(msgspec.Struct):
@@ -128,6 +141,56 @@ class ChatCompletionChunk(msgspec.Struct):
     usage: Usage | None = None
     # The gateway's own: on the last chunk, where the answer's time went (milliseconds
     # by Server-Timing name: cache, embed, queue, prefill, decode); absent elsewhere.
+    timings: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
+
+
+class CompletionRequest(msgspec.Struct):
+    """OpenAI's legacy text completion (POST /v1/completions): gateway/text_completions.py."""
+
+    model: str
+    # Text, the model's token ids (vLLM's reading), or a list of one of those.
+    prompt: str | list[str | int | list[int]]
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None  # None: OpenAI's default, 16
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    stop: StopSequence | Annotated[list[StopSequence], Meta(max_length=MAX_STOP)] | None = None
+    seed: Annotated[int, Meta(ge=0, le=MAX_SEED)] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    echo: bool = False
+    user: str | None = None
+    ignore_eos: bool = False
+    cache_salt: str | None = None
+    # Refused by the in-process engine unless neutral; upstreams get them as sent.
+    n: int | None = None
+    best_of: int | None = None
+    logprobs: int | None = None
+    suffix: str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    top_k: Annotated[int, Meta(ge=-1)] | None = None
+    min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    repetition_penalty: Annotated[float, Meta(gt=0)] | None = None
+
+
+class CompletionChoice(msgspec.Struct):
+    index: int
+    text: str
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class TextCompletion(msgspec.Struct):
+    """A text completion, and each of its SSE chunks (usage: on the answer, and on a
+    stream's last chunk when asked; timings: as on ChatCompletionChunk)."""
+
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    object: Literal["text_completion"] = "text_completion"
+    usage: Usage | None = None
     timings: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
 
 

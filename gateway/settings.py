@@ -7,7 +7,8 @@ flat, as they name the others (`--max-num-seqs`, SEMGATE_MAX_NUM_SEQS, `max_num_
 
 API keys map to tenants: `[keys]` in the config file (`"sk-..." = "tenant"`) or
 SEMGATE_API_KEYS="sk-a:tenant-a,sk-b:tenant-b". No keys: chat is open and every
-request is tenant "default".
+request is tenant "default". Upstreams and model aliases are spelled as
+gateway/routing_settings.py says.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from engine.config import (
     QUANTIZATION_CHOICES,
     EngineConfig,
 )
+from gateway.routing_settings import (
+    check_routing,
+    parse_aliases,
+    parse_upstreams,
+    upstreams_from_toml,
+)
 
 RATE_UNITS = ("second", "minute", "hour", "day")
 
@@ -37,7 +44,7 @@ def default_data_dir() -> Path:
 
 @dataclass
 class EngineSettings:
-    """The in-process engine (unused when upstreams are given)."""
+    """The in-process engine (unused when upstreams are given, unless `local_engine`)."""
 
     model: str = DEFAULT_MODEL
     max_model_len: int | None = None
@@ -84,8 +91,12 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     engine: EngineSettings = field(default_factory=EngineSettings)
-    # Remote OpenAI-compatible servers that answer misses instead of the engine.
+    # Remote OpenAI-compatible servers that answer misses instead of the engine: those
+    # whose models are discovered, and groups serving one model each (model -> URLs).
     upstreams: list[str] = field(default_factory=list)
+    upstream_groups: dict[str, list[str]] = field(default_factory=dict)
+    local_engine: bool = False  # run the in-process engine beside the upstreams too
+    model_aliases: dict[str, str] = field(default_factory=dict)  # public name -> served
     upstream_timeout: float = 600.0
     upstream_api_key: str | None = field(default=None, repr=False)  # sent to the upstreams
     # Cache.
@@ -122,7 +133,14 @@ class Settings:
         check_ttl(self.cache_ttl, "cache_ttl")
         if any(not key or not tenant for key, tenant in self.api_keys.items()):
             raise ValueError("API keys and tenant names must be non-empty")
-        self.upstreams = [u.rstrip("/") for u in self.upstreams if u.strip()]
+        self.upstreams, self.upstream_groups = check_routing(
+            self.upstreams, self.upstream_groups, self.model_aliases
+        )
+
+    @property
+    def runs_engine(self) -> bool:
+        """Whether the in-process engine runs: without upstreams, or asked to beside them."""
+        return self.local_engine or not (self.upstreams or self.upstream_groups)
 
     @property
     def redis_max_connections(self) -> int:
@@ -185,6 +203,8 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise ValueError(f"cannot read config file {path}: {exc}") from exc
     if "keys" in data:
         data["api_keys"] = data.pop("keys")
+    if "upstreams" in data:
+        data.update(upstreams_from_toml(data.pop("upstreams"), f"config file {path}: upstreams"))
     # The engine's settings in an [engine] table, or flat at the top level (as before
     # the table), but not both ways at once.
     engine = data.pop("engine", {})
@@ -221,7 +241,7 @@ def _env_value(name: str, kind: Any, raw: str) -> Any:
 
 def _from_env(env: Any) -> dict[str, Any]:
     """SEMGATE_<NAME> for every plain setting, typed as the field is; lists and maps
-    have their own spellings (comma-separated upstreams, key:tenant pairs)."""
+    have their own spellings (upstream specs, key:tenant pairs, PUBLIC=MODEL aliases)."""
     out: dict[str, Any] = {}
     if env.get("REDIS_URL"):
         out["redis_url"] = env["REDIS_URL"]
@@ -233,7 +253,11 @@ def _from_env(env: Any) -> dict[str, Any]:
         if raw and len(kinds) == 1 and kinds[0] in (bool, str, int, float, Path):
             out[name] = _env_value(name, kinds[0], raw)
     if env.get("SEMGATE_UPSTREAMS"):
-        out["upstreams"] = env["SEMGATE_UPSTREAMS"].split(",")
+        out.update(parse_upstreams([env["SEMGATE_UPSTREAMS"]], "SEMGATE_UPSTREAMS"))
+    if env.get("SEMGATE_MODEL_ALIASES"):
+        out["model_aliases"] = parse_aliases(
+            [env["SEMGATE_MODEL_ALIASES"]], "SEMGATE_MODEL_ALIASES"
+        )
     if env.get("SEMGATE_API_KEYS"):
         out["api_keys"] = parse_pairs(env["SEMGATE_API_KEYS"], "SEMGATE_API_KEYS")
     return out

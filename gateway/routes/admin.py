@@ -105,20 +105,13 @@ def _lost_redis(_: Request[Any, Any, Any], exc: RedisConnectionError) -> Respons
 
 
 def _model(runtime: Runtime, model: str | None, param: str = "model") -> str:
-    """The model named (404 unless this gateway serves it), else the first served."""
-    models = runtime.upstream.models()
-    if not models:
+    """The model named, as the cache partitions it (an alias: its target; 404 unless
+    this gateway serves it), else the first served."""
+    if model is not None:
+        return runtime.upstream.route(model, param)
+    if not (models := runtime.upstream.models()):
         raise APIError(503, "no model is ready yet", "service_unavailable", retry_after=2)
-    if model is None:
-        return models[0]
-    if model not in models:
-        raise APIError(
-            404,
-            f"The model {model!r} is not served here; available: {', '.join(models)}",
-            param=param,
-            code="model_not_found",
-        )
-    return model
+    return models[0]
 
 
 def _similarity(value: float | None, param: str) -> None:
@@ -147,12 +140,15 @@ async def put_threshold(data: ThresholdUpdate, runtime: Runtime) -> ThresholdCon
     for table in ("per_model", "per_tenant"):
         for key, value in (getattr(data, table) or {}).items():
             _similarity(value, f"{table}.{key}")
-    for model in data.per_model or {}:
-        _model(runtime, model, param=f"per_model.{model}")
+    # By served name, as the cache partitions (an alias's threshold is its target's).
+    per_model = {
+        _model(runtime, model, param=f"per_model.{model}"): value
+        for model, value in (data.per_model or {}).items()
+    }
     old = cache.thresholds
     new = Thresholds(
         old.default if data.default is None else data.default,
-        dict(old.per_model if data.per_model is None else data.per_model),
+        dict(old.per_model if data.per_model is None else per_model),
         dict(old.per_tenant if data.per_tenant is None else data.per_tenant),
     )
     await _shared(runtime).set_thresholds(new)  # every replica applies it within a second

@@ -69,7 +69,7 @@ def _rate(part: int, whole: int) -> float | None:
     responses=error_responses(401, 403, 404, 429, 503),
 )
 async def engine_stats(runtime: Runtime) -> EngineStatsView:
-    if runtime.settings.upstreams:
+    if not runtime.settings.runs_engine:
         raise APIError(
             404,
             "no engine runs in this gateway (it forwards to upstreams): "

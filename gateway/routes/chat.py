@@ -39,9 +39,9 @@ CLIENT_CLOSED_REQUEST = 499
 
 
 def _usage(final: Delta | None) -> Usage:
-    prompt = (final.prompt_tokens if final else None) or 0
-    completion = (final.completion_tokens if final else None) or 0
-    return Usage(prompt, completion, prompt + completion)
+    if final is None:
+        return Usage.of(None, None, None)
+    return Usage.of(final.prompt_tokens, final.completion_tokens, final.cached_tokens)
 
 
 async def _collect(answer: Answer) -> tuple[ChatCompletion, server_timing.Timings]:
@@ -148,7 +148,7 @@ async def chat_completions(
     # prefilling, or a JSON answer being generated); a stream notices on its own.
     watch = DisconnectWatch(request.receive)
     try:
-        if runtime.passthrough is not None:
+        if runtime.passthrough is not None and runtime.passthrough.serves(data.model):
             # The body as received (decoded strictly into `data` already): what the
             # upstreams get if the cache cannot key it.
             body = msgspec.json.decode(await request.body())

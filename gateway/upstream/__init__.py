@@ -10,6 +10,7 @@ from gateway.upstream.base import (
 )
 from gateway.upstream.http import ForwardedJob, HttpUpstream
 from gateway.upstream.in_process import InProcessEngine
+from gateway.upstream.router import ModelRouter
 
 __all__ = [
     "ChatJob",
@@ -18,6 +19,7 @@ __all__ = [
     "ForwardedJob",
     "HttpUpstream",
     "InProcessEngine",
+    "ModelRouter",
     "Upstream",
     "UpstreamError",
     "UpstreamHealth",

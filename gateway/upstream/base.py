@@ -16,7 +16,9 @@ from gateway.errors import APIError
 class ChatJob:
     """A validated chat request, as an upstream runs it. `messages` hold plain-string
     content (text parts are joined by the gateway); max_tokens None means "up to the
-    context length"."""
+    context length". `prompt` (text completions, in-process engine only: upstreams get
+    those requests' bodies as received) is run as it is, text or the model's token ids,
+    instead of `messages` through the chat template."""
 
     request_id: str
     model: str
@@ -28,6 +30,7 @@ class ChatJob:
     seed: int | None = None
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks, tests)
     cache_salt: str | None = None  # vLLM's extension: prefix-cache blocks shared only within
+    prompt: str | list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,9 @@ class Delta:
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # Of prompt_tokens, those served from cache (a prefix cache's KV blocks, or a cached
+    # answer: all of them); None where unknown (an upstream that does not say).
+    cached_tokens: int | None = None
     # Where the answer's time went upstream, in milliseconds by Server-Timing name
     # (gateway/server_timing.py): on the first delta what is known by then (the engine's
     # queue and prefill), complete on the last one; None on the others.

@@ -49,7 +49,9 @@ class _Server:
 
 
 class HttpUpstream:
-    """A round-robin pool of remote OpenAI-compatible servers."""
+    """A round-robin pool of remote OpenAI-compatible servers: a group serving `model`
+    (each request goes to any of them), or, without one, servers whose models are
+    discovered (each request goes to those that list its model)."""
 
     cheap_abort = False  # each request aborted on a hit would cost a server a request
     description = "the upstreams"
@@ -61,9 +63,11 @@ class HttpUpstream:
         timeout: float = 600.0,
         health_interval: float = 5.0,
         api_key: str | None = None,
+        model: str | None = None,
     ) -> None:
         if not base_urls:
             raise ValueError("HttpUpstream needs at least one base URL")
+        self.model = model
         self._servers = [_Server(url.rstrip("/")) for url in base_urls]
         self._timeout = timeout
         self._health_interval = health_interval
@@ -100,10 +104,23 @@ class HttpUpstream:
         return any(s.healthy for s in self._servers)
 
     def models(self) -> list[str]:
-        """Model ids any server has listed, first server's first. A model whose servers
-        are all down stays listed: its requests get 503 (retry later), not 404."""
+        """A group's model, else the model ids any server has listed, first server's
+        first. A model whose servers are all down stays listed: its requests get 503
+        (retry later), not 404."""
+        if self.model is not None:
+            return [self.model]
         ids = (m for s in self._servers for m in s.models)
         return list(dict.fromkeys(ids))
+
+    @property
+    def unlisted(self) -> bool:
+        """Whether a server whose models are discovered has not listed them yet (it has
+        not answered since the start): any model may be its."""
+        return self.model is None and any(not s.models for s in self._servers)
+
+    def servers_of(self, model: str) -> list[str]:
+        """The base URLs of the servers that serve `model`."""
+        return [s.base for s in self._servers if self.model == model or model in s.models]
 
     @property
     def failure(self) -> str | None:
@@ -157,12 +174,18 @@ class HttpUpstream:
             finally:
                 await resp.aclose()
 
-    async def post(self, model: str, body: Mapping[str, Any], request_id: str) -> httpx.Response:
-        """`body` as it is, sent to a healthy server that serves `model`, as stream()
+    async def post(
+        self,
+        model: str,
+        body: Mapping[str, Any],
+        request_id: str,
+        path: str = "/v1/chat/completions",
+    ) -> httpx.Response:
+        """`body` as it is, POSTed to `path` on a healthy server that serves `model`, as stream()
         sends its jobs (servers that cannot be reached, or answer 502, 503 or 504, are
         marked down and the next is tried). Returns the response with its head read and
         its body not: the caller reads and closes it."""
-        return (await self._open(model, body, request_id, set(), []))[1]
+        return (await self._open(model, body, request_id, set(), [], path))[1]
 
     async def _open(
         self,
@@ -171,6 +194,7 @@ class HttpUpstream:
         request_id: str,
         tried: set[str],
         failures: list[str],
+        path: str = "/v1/chat/completions",
     ) -> tuple[_Server, httpx.Response]:
         """The first response (head only) from a healthy untried server that can serve
         now; 503 when none is left."""
@@ -180,7 +204,7 @@ class HttpUpstream:
         while (server := self._pick(model, tried)) is not None:
             tried.add(server.base)
             request = self._client.build_request(
-                "POST", f"{server.base}/v1/chat/completions", json=body, headers=headers
+                "POST", server.base + path, json=body, headers=headers
             )
             try:
                 resp = await self._client.send(request, stream=True)
@@ -208,10 +232,13 @@ class HttpUpstream:
         )
 
     def _pick(self, model: str, tried: set[str]) -> _Server | None:
-        """Round-robin over the healthy, untried servers that serve `model` (if no server
-        has ever listed it: over all of them, so that one answers "unknown model")."""
-        serving = [s for s in self._servers if model in s.models] or self._servers
-        candidates = [s for s in serving if s.healthy and s.base not in tried]
+        """Round-robin over the healthy, untried servers that serve `model` (a model
+        nobody serves was refused with a 404 before it got here: gateway/upstream/router.py)."""
+        candidates = [
+            s
+            for s in self._servers
+            if s.healthy and s.base not in tried and (self.model == model or model in s.models)
+        ]
         if not candidates:
             return None
         self._next += 1
@@ -371,8 +398,17 @@ async def _parse_sse(resp: httpx.Response, head: dict[str, float]) -> AsyncGener
         finish_reason=finish or "stop",
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
+        cached_tokens=_cached_tokens(usage),
         timings=timings or None,
     )
+
+
+def _cached_tokens(usage: dict[str, Any]) -> int | None:
+    """The prompt tokens the server's prefix cache served, where it says (vLLM with
+    --enable-prompt-tokens-details, semgate; vLLM may send null)."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) else None
 
 
 # OpenAI error types -> the HTTP status they imply (an SSE error event carries no status).

@@ -97,12 +97,13 @@ class InProcessEngine:
         limit = self.max_model_len
         asked = f" plus max_tokens ({job.max_tokens})" if job.max_tokens else ""
         tokens = f"at least {prompt_tokens}" if at_least else str(prompt_tokens)
+        what = "messages" if job.prompt is None else "prompt"
         return UpstreamError(
             400,
-            f"This model's maximum context length is {limit} tokens; the messages "
-            f"({tokens} tokens){asked} do not fit. Shorten the messages or lower max_tokens.",
+            f"This model's maximum context length is {limit} tokens; the {what} "
+            f"({tokens} tokens){asked} do not fit. Shorten the {what} or lower max_tokens.",
             code="context_length_exceeded",
-            param="messages" if prompt_tokens >= limit else "max_tokens",
+            param=what if prompt_tokens >= limit else "max_tokens",
         )
 
     def refuse_oversized(self, job: ChatJob) -> None:
@@ -111,14 +112,21 @@ class InProcessEngine:
         hashing, the tokenizer) spends seconds on it."""
         if self.llm is None:
             return
-        chars = sum(len(m["content"]) for m in job.messages)
-        at_least = self.llm.tokenizer.min_tokens(chars)
+        at_least = self.llm.tokenizer.min_tokens(_chars(job))
         if at_least >= self.max_model_len:
             raise self._too_long(job, at_least, at_least=True)
 
     def _encode(self, job: ChatJob) -> list[int]:
         assert self.llm is not None
         tokenizer = self.llm.tokenizer
+        if isinstance(job.prompt, list):  # the model's own token ids, as vLLM takes them
+            vocab = self.llm.vocab_size
+            if not all(0 <= t < vocab for t in job.prompt):
+                message = f"prompt token ids must be in [0, {vocab}) for this model"
+                raise UpstreamError(400, message, param="prompt")
+            return list(job.prompt)
+        if job.prompt is not None:  # a text completion's: no chat template
+            return tokenizer.encode(job.prompt)
         try:
             return tokenizer.encode(tokenizer.apply_chat_template(job.messages))
         except ValueError as exc:  # the chat template refused the messages
@@ -169,8 +177,7 @@ class InProcessEngine:
         # Counted from admission: a long prompt tokenizing in a thread holds its place.
         self.in_flight += 1
         try:
-            chars = sum(len(m["content"]) for m in job.messages)
-            prompt = await run_sized(self._encode, job, chars)
+            prompt = await run_sized(self._encode, job, _chars(job))
             params = self._params(job, len(prompt))
             # aclosing: leaving early aborts the engine request now, not when the
             # generator happens to be garbage-collected.
@@ -194,12 +201,20 @@ class InProcessEngine:
                             finish_reason=out.finish_reason,
                             prompt_tokens=len(out.prompt_token_ids),
                             completion_tokens=len(out.token_ids),
+                            cached_tokens=m.num_cached_tokens,
                             timings=_phases(m, finished=True),
                         )
         except (RuntimeError, ValueError) as exc:  # an engine step failed (logged there)
             raise UpstreamError(500, "the engine failed on this request", "server_error") from exc
         finally:
             self.in_flight -= 1
+
+
+def _chars(job: ChatJob) -> int:
+    """The prompt's size: characters (token ids: their count), to bound its tokens."""
+    if job.prompt is not None:
+        return len(job.prompt)
+    return sum(len(m["content"]) for m in job.messages)
 
 
 def _phases(m: RequestMetrics, finished: bool) -> dict[str, float]:

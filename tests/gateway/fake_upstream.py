@@ -1,8 +1,9 @@
 """A small OpenAI-compatible server for the pass-through tests, in a thread of the test
 process: it answers tool calls (whole, or as streamed tool-call deltas), structured
-outputs, logprobs and n > 1, and records every chat body it receives. A body naming
-`x_status` gets that status with an OpenAI error (vLLM-style: an unknown field that
-only a server behind the gateway reads)."""
+outputs, logprobs and n > 1, text completions (/v1/completions: `COMPLETION`), and
+records every body it receives. A body naming `x_status` gets that status with an OpenAI
+error (vLLM-style: an unknown field that only a server behind the gateway reads). Chat
+answers name the model they were sent; /v1/models lists the fake's `models`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ MODEL = "fake-model"
 ARGUMENTS = '{"a": 6, "b": 7}'  # every tool call's
 STRUCTURED = {"city": "Paris", "country": "France"}  # every structured output's
 SERVER_TIMING = "queue;dur=1.5, prefill;dur=2.5, decode;dur=3.5"
+COMPLETION = " Paris, of course."  # every text completion's
 ERROR = {"message": "I'm a teapot", "type": "invalid_request_error", "param": None, "code": "x"}
 
 
@@ -87,10 +89,31 @@ def _completion(body: dict[str, Any]) -> dict[str, Any]:
             "choices": choices, "usage": usage}  # fmt: skip
 
 
-class FakeUpstream:
-    """Serves on a free loopback port while entered; `bodies` holds each chat body."""
+def _text_completions(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A text completion (`object: text_completion`, as OpenAI streams it too): whole, or
+    word by word then the finish_reason, and the usage last if asked."""
+    usage = {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
+    head = {"id": "cmpl-fake", "object": "text_completion", "created": 1, "model": MODEL}
 
-    def __init__(self) -> None:
+    def choice(text: str, finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "text": text, "logprobs": None,
+                                     "finish_reason": finish}]}  # fmt: skip
+
+    if not body.get("stream"):
+        yield {**choice(COMPLETION, "stop"), "usage": usage}
+        return
+    for word in COMPLETION.split(" ")[1:]:
+        yield choice(" " + word)
+    yield choice("", "stop")
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield {**head, "choices": [], "usage": usage}
+
+
+class FakeUpstream:
+    """Serves on a free loopback port while entered; `bodies` holds each body posted."""
+
+    def __init__(self, models: tuple[str, ...] = (MODEL,)) -> None:
+        self.models = models
         self.bodies: list[dict[str, Any]] = []
         self.port = free_port()
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
@@ -129,7 +152,8 @@ class FakeUpstream:
                 if self.path == "/health":
                     self._send(200, {})
                 elif self.path == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+                    data = [{"id": model, "object": "model"} for model in fake.models]
+                    self._send(200, {"object": "list", "data": data})
                 else:  # no /ready nor /metrics: the gateway asks /health and /v1/models
                     self._send(404, {"error": ERROR})
 
@@ -138,16 +162,31 @@ class FakeUpstream:
                 fake.bodies.append(body)
                 if "x_status" in body:
                     self._send(body["x_status"], {"error": ERROR}, Retry_After="7")
+                elif self.path == "/v1/completions":
+                    self._stream(_text_completions(body), bool(body.get("stream")))
                 elif not body.get("stream"):
-                    self._send(200, _completion(body), Server_Timing=SERVER_TIMING)
+                    answer = {**_completion(body), "model": body["model"]}
+                    self._send(200, answer, Server_Timing=SERVER_TIMING)
                 else:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.send_header("Server-Timing", SERVER_TIMING)
                     self.end_headers()
                     for chunk in _chunks(body):
+                        chunk["model"] = body["model"]
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                         self.wfile.flush()
                     self.wfile.write(b"data: [DONE]\n\n")
+
+            def _stream(self, events: Iterator[dict[str, Any]], stream: bool) -> None:
+                if not stream:
+                    self._send(200, next(events))
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for event in events:
+                    self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
 
         return Handler

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import signal
 import time
+import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -97,6 +99,24 @@ def test_server_timing_passes_the_engine_servers_phases_through(front: Server, e
     assert list(chunks[-1]["timings"]) == engine_only
     assert metric(engine, phases) == observed + 3
     assert metric(front, phases, missing=-1) == -1  # the front runs no engine
+
+
+def test_the_engine_servers_prefix_cache_hit_comes_through(front: Server):
+    """usage.prompt_tokens_details.cached_tokens as the engine server reports it: none
+    for a new prompt (a uuid in its first block), its whole blocks when asked again."""
+    system = f"{uuid.uuid4()} You answer questions about the attached report. " * 6
+    body = chat_body("Hi", max_tokens=2)
+    body["messages"] = [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
+
+    def usage() -> dict[str, Any]:
+        headers = {"Cache-Control": "no-store"}  # answered by the engine server each time
+        url = front.url + "/v1/chat/completions"
+        return httpx.post(url, json=body, headers=headers, timeout=60).json()["usage"]
+
+    first, second = usage(), usage()
+    assert first["prompt_tokens_details"] == {"cached_tokens": 0}
+    cached = second["prompt_tokens_details"]["cached_tokens"]
+    assert cached == (second["prompt_tokens"] - 1) // 16 * 16 > 0  # short of the last token
 
 
 def test_upstream_refusals_keep_their_status(front: Server):
