@@ -4,7 +4,8 @@ answer or error, byte for byte: tool-call deltas, logprobs and every choice reac
 It is never looked up nor stored; it leaves with `X-Cache-Status: Bypass` and
 `X-Cache-Bypass-Reason`, and is counted by reason. A cache in front must never be why a
 feature stops working. Text completions go the same way, to the upstreams'
-/v1/completions (gateway/text_completions.py)."""
+/v1/completions (gateway/text_completions.py), and embeddings of models the bundled
+embedder is not, to their /v1/embeddings (gateway/embeddings.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from litestar.response import Stream
 
 from gateway import server_timing
 from gateway.completions import prefix_cache_salt
+from gateway.embeddings import EmbeddingRequest
 from gateway.metrics import GatewayMetrics
 from gateway.model_rename import renamed, renamed_lines
 from gateway.schemas import ChatCompletionRequest, CompletionRequest
@@ -30,11 +32,15 @@ from gateway.upstream.http import http_error, upstream_failure
 # prefix-cache salt (replaced by the tenant's, as on the cached path).
 _GATEWAY_FIELDS = ("cache", "cache_salt")
 CHAT_PATH = "/v1/chat/completions"
-Forwardable = ChatCompletionRequest | CompletionRequest
+Forwardable = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
+# Each kind's response id prefix, as OpenAI's.
+_ID_PREFIX = {ChatCompletionRequest: "chatcmpl", CompletionRequest: "cmpl", EmbeddingRequest: "emb"}
 
 
 def _forwarded(body: Mapping[str, Any], request: Forwardable, tenant: str) -> dict[str, Any]:
     forwarded = {name: value for name, value in body.items() if name not in _GATEWAY_FIELDS}
+    if isinstance(request, EmbeddingRequest):  # no prompt cache to salt
+        return forwarded
     salt = prefix_cache_salt(tenant, request.cache_salt)
     if salt is not None:
         forwarded["cache_salt"] = salt
@@ -80,8 +86,7 @@ class PassThrough:
         rename = request.model if served != request.model else None
         self.metrics.passed_through[reason] += 1
         forwarded = {**_forwarded(body, request, tenant), "model": served}
-        prefix = "cmpl" if isinstance(request, CompletionRequest) else "chatcmpl"
-        request_id = f"{prefix}-{uuid.uuid4().hex}"
+        request_id = f"{_ID_PREFIX[type(request)]}-{uuid.uuid4().hex}"
         resp = await servers.post(served, forwarded, request_id, path)
         headers = {"X-Cache-Status": "Bypass", "X-Cache-Bypass-Reason": reason}
         # Durations only, as on the cached path (the gateway adds none: nothing was asked).

@@ -3,7 +3,6 @@ cache status and the Server-Timing in the headers."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -15,7 +14,6 @@ from gateway import server_timing
 from gateway.bypass import bypass_reason
 from gateway.completions import Answer, CacheDirectives, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
-from gateway.errors import APIError
 from gateway.openapi_docs import CHAT_RESPONSES, ChatOperation
 from gateway.runtime import Runtime
 from gateway.schemas import (
@@ -26,22 +24,10 @@ from gateway.schemas import (
     ChunkChoice,
     DeltaMessage,
     ResponseMessage,
-    Usage,
 )
+from gateway.streamed_answer import CLIENT_CLOSED_REQUEST, ended, timings_of, usage_of
 from gateway.strict_json import StrictJSON
 from gateway.upstream import Delta
-
-log = logging.getLogger("semgate.gateway")
-
-# nginx's status for a request whose client left first; nobody receives it, but the
-# access log and middleware see why the request ended.
-CLIENT_CLOSED_REQUEST = 499
-
-
-def _usage(final: Delta | None) -> Usage:
-    if final is None:
-        return Usage.of(None, None, None)
-    return Usage.of(final.prompt_tokens, final.completion_tokens, final.cached_tokens)
 
 
 async def _collect(answer: Answer) -> tuple[ChatCompletion, server_timing.Timings]:
@@ -55,23 +41,15 @@ async def _collect(answer: Answer) -> tuple[ChatCompletion, server_timing.Timing
     message = ResponseMessage("assistant", "".join(parts))
     finish = final.finish_reason if final else None
     completion = ChatCompletion(
-        answer.id, answer.created, answer.model, [Choice(0, message, finish)], _usage(final)
+        answer.id, answer.created, answer.model, [Choice(0, message, finish)], usage_of(final)
     )
     return completion, (final.timings if final else None) or {}
 
 
-def _timings(final: Delta | None) -> server_timing.Timings | msgspec.UnsetType:
-    """The final chunk's `timings` object: absent when there are none."""
-    if final is None or not final.timings:
-        return msgspec.UNSET
-    return server_timing.rounded(final.timings)
-
-
 async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
-    """OpenAI's chunk sequence: role, content deltas, finish_reason, usage (if asked),
-    [DONE]. The last chunk before [DONE] (the usage, else the finish_reason) carries the
-    answer's timings. A failure after the first chunk becomes an error event, never a
-    silent end."""
+    """OpenAI's chunk sequence: role, content deltas, finish_reason, usage (if asked);
+    `ended` adds [DONE]. The last chunk before it (the usage, else the finish_reason)
+    carries the answer's timings."""
 
     def chunk(
         delta: DeltaMessage,
@@ -83,35 +61,26 @@ async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
             ChatCompletionChunk(answer.id, answer.created, answer.model, [choice], timings=timings)
         ).decode()
 
-    try:
-        yield chunk(DeltaMessage(role="assistant", content=""))
-        final: Delta | None = None
-        async for delta in answer.deltas:
-            if delta.text:
-                yield chunk(DeltaMessage(content=delta.text))
-            if delta.finish_reason is not None:
-                final = delta
-                # The timings go on the last chunk: this one, unless a usage chunk follows.
-                timings = msgspec.UNSET if include_usage else _timings(final)
-                yield chunk(DeltaMessage(), delta.finish_reason, timings)
-        if include_usage:
-            usage = ChatCompletionChunk(
-                answer.id,
-                answer.created,
-                answer.model,
-                [],
-                usage=_usage(final),
-                timings=_timings(final),
-            )
-            yield msgspec.json.encode(usage).decode()
-    except APIError as exc:
-        yield exc.event().decode()
-    except Exception as exc:  # mid-stream: the status line is already sent
-        log.exception("stream failed")
-        yield APIError(500, f"the answer failed mid-stream: {exc}", "server_error").event().decode()
-    finally:
-        await answer.deltas.aclose()
-    yield "[DONE]"
+    yield chunk(DeltaMessage(role="assistant", content=""))
+    final: Delta | None = None
+    async for delta in answer.deltas:
+        if delta.text:
+            yield chunk(DeltaMessage(content=delta.text))
+        if delta.finish_reason is not None:
+            final = delta
+            # The timings go on the last chunk: this one, unless a usage chunk follows.
+            timings = msgspec.UNSET if include_usage else timings_of(final)
+            yield chunk(DeltaMessage(), delta.finish_reason, timings)
+    if include_usage:
+        usage = ChatCompletionChunk(
+            answer.id,
+            answer.created,
+            answer.model,
+            [],
+            usage=usage_of(final),
+            timings=timings_of(final),
+        )
+        yield msgspec.json.encode(usage).decode()
 
 
 @post(
@@ -161,7 +130,8 @@ async def chat_completions(
             if answer.timings:
                 headers["Server-Timing"] = server_timing.header(answer.timings)
             include_usage = bool(data.stream_options and data.stream_options.include_usage)
-            return ServerSentEvent(_events(answer, include_usage), headers=headers)
+            events = ended(_events(answer, include_usage), answer.deltas)
+            return ServerSentEvent(events, headers=headers)
         completion, timings = await watch.run(_collect(answer))
     except ClientDisconnected:
         return Response(None, status_code=CLIENT_CLOSED_REQUEST)

@@ -3,7 +3,6 @@ completions, JSON or SSE, never cached (X-Cache-Status: Bypass, reason `completi
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -13,16 +12,13 @@ from litestar.response import ServerSentEvent, Stream
 from gateway import server_timing
 from gateway.completions import Answer, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
-from gateway.errors import APIError
 from gateway.openapi_docs import error_responses
-from gateway.routes.chat import CLIENT_CLOSED_REQUEST, _timings, _usage
 from gateway.runtime import Runtime
 from gateway.schemas import CompletionChoice, CompletionRequest, TextCompletion, Usage
+from gateway.streamed_answer import CLIENT_CLOSED_REQUEST, ended, timings_of, usage_of
 from gateway.strict_json import StrictJSON
 from gateway.text_completions import BYPASS_REASON, PATH, echo_text, to_text_job
 from gateway.upstream import Delta
-
-log = logging.getLogger("semgate.gateway")
 
 
 async def _collect(answer: Answer, echo: str) -> tuple[TextCompletion, server_timing.Timings]:
@@ -34,14 +30,14 @@ async def _collect(answer: Answer, echo: str) -> tuple[TextCompletion, server_ti
             final = delta
     choice = CompletionChoice(0, "".join(parts), final.finish_reason if final else None)
     completion = TextCompletion(
-        answer.id, answer.created, answer.model, [choice], usage=_usage(final)
+        answer.id, answer.created, answer.model, [choice], usage=usage_of(final)
     )
     return completion, (final.timings if final else None) or {}
 
 
 async def _events(answer: Answer, include_usage: bool, echo: str) -> AsyncIterator[str]:
     """As chat's chunks (gateway/routes/chat.py), with text: the echoed prompt first, if
-    asked, the text deltas, the finish_reason, the usage if asked, [DONE]."""
+    asked, the text deltas, the finish_reason, the usage if asked; `ended` adds [DONE]."""
 
     def chunk(
         choices: list[CompletionChoice],
@@ -53,28 +49,19 @@ async def _events(answer: Answer, include_usage: bool, echo: str) -> AsyncIterat
         )
         return msgspec.json.encode(event).decode()
 
-    try:
-        if echo:
-            yield chunk([CompletionChoice(0, echo)])
-        final: Delta | None = None
-        async for delta in answer.deltas:
-            if delta.text:
-                yield chunk([CompletionChoice(0, delta.text)])
-            if delta.finish_reason is not None:
-                final = delta
-                # The timings go on the last chunk: this one, unless a usage chunk follows.
-                timings = msgspec.UNSET if include_usage else _timings(final)
-                yield chunk([CompletionChoice(0, "", delta.finish_reason)], timings=timings)
-        if include_usage:
-            yield chunk([], _usage(final), _timings(final))
-    except APIError as exc:
-        yield exc.event().decode()
-    except Exception as exc:  # mid-stream: the status line is already sent
-        log.exception("stream failed")
-        yield APIError(500, f"the answer failed mid-stream: {exc}", "server_error").event().decode()
-    finally:
-        await answer.deltas.aclose()
-    yield "[DONE]"
+    if echo:
+        yield chunk([CompletionChoice(0, echo)])
+    final: Delta | None = None
+    async for delta in answer.deltas:
+        if delta.text:
+            yield chunk([CompletionChoice(0, delta.text)])
+        if delta.finish_reason is not None:
+            final = delta
+            # The timings go on the last chunk: this one, unless a usage chunk follows.
+            timings = msgspec.UNSET if include_usage else timings_of(final)
+            yield chunk([CompletionChoice(0, "", delta.finish_reason)], timings=timings)
+    if include_usage:
+        yield chunk([], usage_of(final), timings_of(final))
 
 
 @post(
@@ -109,7 +96,8 @@ async def text_completions(
             if answer.timings:
                 headers["Server-Timing"] = server_timing.header(answer.timings)
             include_usage = bool(data.stream_options and data.stream_options.include_usage)
-            return ServerSentEvent(_events(answer, include_usage, echo), headers=headers)
+            events = ended(_events(answer, include_usage, echo), answer.deltas)
+            return ServerSentEvent(events, headers=headers)
         completion, timings = await watch.run(_collect(answer, echo))
     except ClientDisconnected:
         return Response(None, status_code=CLIENT_CLOSED_REQUEST)

@@ -1,7 +1,8 @@
 """A small OpenAI-compatible server for the pass-through tests, in a thread of the test
 process: it answers tool calls (whole, or as streamed tool-call deltas), structured
-outputs, logprobs and n > 1, text completions (/v1/completions: `COMPLETION`), and
-records every body it receives. A body naming `x_status` gets that status with an OpenAI
+outputs, logprobs and n > 1, text completions (/v1/completions: `COMPLETION`),
+embeddings (/v1/embeddings: `EMBEDDING` for each input), and records every body it
+receives. A body naming `x_status` gets that status with an OpenAI
 error (vLLM-style: an unknown field that only a server behind the gateway reads). Chat
 answers name the model they were sent; /v1/models lists the fake's `models`."""
 
@@ -20,6 +21,7 @@ ARGUMENTS = '{"a": 6, "b": 7}'  # every tool call's
 STRUCTURED = {"city": "Paris", "country": "France"}  # every structured output's
 SERVER_TIMING = "queue;dur=1.5, prefill;dur=2.5, decode;dur=3.5"
 COMPLETION = " Paris, of course."  # every text completion's
+EMBEDDING = [0.6, 0.8]  # every embedding's
 ERROR = {"message": "I'm a teapot", "type": "invalid_request_error", "param": None, "code": "x"}
 
 
@@ -164,6 +166,13 @@ class FakeUpstream:
                     self._send(body["x_status"], {"error": ERROR}, Retry_After="7")
                 elif self.path == "/v1/completions":
                     self._stream(_text_completions(body), bool(body.get("stream")))
+                elif self.path == "/v1/embeddings":
+                    inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                    data = [{"object": "embedding", "embedding": EMBEDDING, "index": i}
+                            for i in range(len(inputs))]  # fmt: skip
+                    usage = {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}
+                    answer = {"object": "list", "data": data, "model": body["model"]}
+                    self._send(200, {**answer, "usage": usage})
                 elif not body.get("stream"):
                     answer = {**_completion(body), "model": body["model"]}
                     self._send(200, answer, Server_Timing=SERVER_TIMING)

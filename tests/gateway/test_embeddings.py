@@ -11,6 +11,9 @@ import openai
 import pytest
 
 from cache import Embedder
+from tests.gateway import fake_upstream
+from tests.gateway.fake_upstream import EMBEDDING, FakeUpstream
+from tests.gateway.servers import Server, serving
 
 QUESTIONS = ["How do I reset my password?", "I forgot my password, how can I change it?",
              "What is the boiling point of water?"]  # fmt: skip
@@ -80,3 +83,17 @@ def test_a_gateway_without_the_cache_loads_the_embedder_on_first_use(engine_serv
     response = httpx.post(engine_server.url + "/v1/embeddings", json=body, timeout=120)
     assert response.status_code == 200, response.text
     assert len(response.json()["data"][0]["embedding"]) == 384
+
+
+def test_other_models_are_forwarded_to_the_upstreams_that_serve_them():
+    with FakeUpstream() as fake, serving(Server(["--upstream", fake.url, "--no-cache"])) as [front]:
+        client = openai.OpenAI(base_url=front.url + "/v1", api_key="unused", max_retries=0)
+        sent = {"model": fake_upstream.MODEL, "input": ["one", "two"], "encoding_format": "float"}
+        raw = client.embeddings.with_raw_response.create(**sent, extra_body={"user": "u-7"})
+        assert fake.bodies[-1] == {**sent, "user": "u-7"}  # as it came
+        assert [d.embedding for d in raw.parse().data] == [EMBEDDING, EMBEDDING]
+        assert raw.headers["x-cache-bypass-reason"] == "embeddings"
+        local = client.embeddings.create(model="all-MiniLM-L6-v2", input="three")
+        assert len(local.data[0].embedding) == 384 and len(fake.bodies) == 1
+        with pytest.raises(openai.NotFoundError, match="does not exist"):
+            client.embeddings.create(model="text-embedding-3-small", input="four")
