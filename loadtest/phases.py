@@ -1,6 +1,7 @@
 """Where the time goes: the server's per-phase timings (RequestRecord.timings) set against
-what the client measured, reduced to the shares of TTFT at p50 and p99, the share of slow
-inter-token gaps that coincide with another request's prefill, and a one-line diagnosis."""
+what the client measured, reduced to the shares of TTFT at p50 and p99, the stalls (inter-
+token gaps far above the median) and how many coincide with another request's prefill,
+and a one-line diagnosis."""
 
 from __future__ import annotations
 
@@ -15,14 +16,16 @@ TTFT_PARTS = ("queue", "prefill", "cache", "other")
 PART_LABELS = {"queue": "queue", "prefill": "prefill", "cache": "cache lookup", "other": "other"}
 # Requests whose TTFT ranks within this many percentile points of p50 make up its group.
 P50_WINDOW = 5.0
-SLOW_GAP_PERCENTILE = 90.0
+# A stall is a gap of at least STALL_FACTOR times the run's median gap: with chunked
+# prefill the gaps beside a prompt's chunks are slower too (each step carries a chunk),
+# but by 1-3x; a whole prompt prefilled in one step stops the streams for 10-40x.
+STALL_FACTOR = 4.0
 # Diagnosis thresholds (see diagnose).
 QUEUE_BOUND = 0.5
-PREFILL_STALL_BOUND = 0.5
-# A stall, not a chunk riding along: with chunked prefill the gaps that overlap a
-# prefill are slower too (each step carries a chunk), but by 1-3x the median gap; a
-# whole prompt prefilled in one step stops the streams for 10-40x.
-STALL_FACTOR = 4.0
+# Stalls matter when what they add over the median gap is this share of all the time
+# between tokens: then the streams wait on prefills more than on their own decode.
+STALL_TIME_BOUND = 0.2
+PREFILL_STALL_BOUND = 0.5  # of the stalls, during another request's prefill
 CACHE_BOUND = 0.2
 PREFILL_BOUND = 0.4
 DECODE_BOUND = 0.5
@@ -86,35 +89,37 @@ def prefill_interval(record: RequestRecord) -> tuple[float, float] | None:
     return first - record.timings["prefill"] / 1e3, first
 
 
-def slow_gaps_during_prefill(records: list[RequestRecord]) -> dict[str, Any]:
-    """Of the slow inter-token gaps (above the run's p90 gap), how many overlap another
-    request's prefill interval: the gaps a prefill may have stalled."""
+def stalls_during_prefill(records: list[RequestRecord]) -> dict[str, Any]:
+    """The stalls (gaps of STALL_FACTOR times the median gap or more) and how many of
+    them overlap another request's prefill interval: the gaps a prefill may have caused."""
     done = [r for r in records if r.ok]
     all_gaps = [gap for r in done for gap in r.itl]
     if not all_gaps:
-        return {"threshold_ms": None, "slow_gaps": 0, "during_prefill": 0, "share": None,
-                "median_gap_ms": None, "median_during_prefill_ms": None}  # fmt: skip
-    threshold = float(np.percentile(all_gaps, SLOW_GAP_PERCENTILE))
+        return {"gaps": 0, "median_gap_ms": None, "threshold_ms": None, "stalls": 0,
+                "during_prefill": 0, "median_stall_ms": None, "time_share": 0.0}  # fmt: skip
+    median = float(np.median(all_gaps))
+    threshold = STALL_FACTOR * median
     intervals = [(r.index, iv) for r in done if (iv := prefill_interval(r)) is not None]
-    slow = 0
-    coinciding: list[float] = []
+    stalls: list[float] = []
+    coinciding = 0
     for r in done:
         for end, gap in zip(r.chunk_times()[1:], r.itl, strict=True):
-            if gap <= threshold:
+            if gap < threshold:
                 continue
-            slow += 1
+            stalls.append(gap)
             # Open intervals: a gap that merely touches a prefill's end did not wait on it.
-            if any(
+            coinciding += any(
                 index != r.index and end - gap < hi and end > lo for index, (lo, hi) in intervals
-            ):
-                coinciding.append(gap)
+            )
     return {
+        "gaps": len(all_gaps),
+        "median_gap_ms": median * 1e3,
         "threshold_ms": threshold * 1e3,
-        "slow_gaps": slow,
-        "during_prefill": len(coinciding),
-        "share": len(coinciding) / slow if slow else None,
-        "median_gap_ms": float(np.median(all_gaps)) * 1e3,
-        "median_during_prefill_ms": float(np.median(coinciding)) * 1e3 if coinciding else None,
+        "stalls": len(stalls),
+        "during_prefill": coinciding,
+        "median_stall_ms": float(np.median(stalls)) * 1e3 if stalls else None,
+        # What the stalls added over the median gap, as a share of all inter-token time.
+        "time_share": sum(gap - median for gap in stalls) / sum(all_gaps),
     }
 
 
@@ -126,28 +131,22 @@ def share_of_e2e(records: list[RequestRecord], phase: str) -> float | None:
     return sum(_ms(r, phase) / 1e3 for r in timed) / e2e if e2e else None
 
 
-def stall_factor(slow_itl: dict[str, Any]) -> float | None:
-    """How many times the run's median gap the slow gaps during prefills took (median)."""
-    during, median = slow_itl["median_during_prefill_ms"], slow_itl["median_gap_ms"]
-    return during / median if during is not None and median else None
-
-
 def _engine_diagnosis(phases: dict[str, Any]) -> str:
-    """The first rule that holds: p99 TTFT more than half queueing; more than half of the
-    slow gaps during another request's prefill, and those gaps STALL_FACTOR times the
-    median gap or more; p99 TTFT more than a fifth cache lookup; prefill a larger share of
-    e2e than decode, and over PREFILL_BOUND; decode more than half of e2e; else none."""
+    """The first rule that holds: p99 TTFT more than half queueing; stalls adding more
+    than STALL_TIME_BOUND of the inter-token time, more than half of them during another
+    request's prefill; p99 TTFT more than a fifth cache lookup; prefill a larger share of e2e than
+    decode, and over PREFILL_BOUND; decode more than half of e2e; else none."""
     p99 = phases["ttft"]["p99"]["shares"]
-    slow = phases["slow_itl"]
-    stalls, factor = slow["share"], stall_factor(slow)
+    stalls = phases["stalls"]
     prefill, decode = phases["prefill_share_of_e2e"], phases["decode_share_of_e2e"]
     if p99["queue"] > QUEUE_BOUND:
         return f"p99 TTFT is {p99['queue']:.0%} queueing: add capacity or lower max_num_seqs"
-    if stalls is not None and stalls > PREFILL_STALL_BOUND and (factor or 0) >= STALL_FACTOR:
+    n, lost = stalls["stalls"], stalls["time_share"]
+    if lost > STALL_TIME_BOUND and stalls["during_prefill"] > PREFILL_STALL_BOUND * n:
         return (
-            f"p99 ITL spikes coincide with long prefills ({stalls:.0%} of slow gaps, "
-            f"{factor:.0f}x the median gap): enable chunked prefill or lower "
-            "max_num_batched_tokens"
+            f"ITL spikes coincide with long prefills ({stalls['during_prefill']} of {n} "
+            f"stalls, median {stalls['median_stall_ms']:,.0f} ms, {lost:.0%} of the time "
+            "between tokens): enable chunked prefill or lower max_num_batched_tokens"
         )
     if p99["cache"] > CACHE_BOUND:
         return (
@@ -189,7 +188,7 @@ def where_the_time_goes(records: list[RequestRecord]) -> dict[str, Any] | None:
     phases = {
         "timed_requests": len(timed),
         "ttft": ttft,
-        "slow_itl": slow_gaps_during_prefill(records),
+        "stalls": stalls_during_prefill(records),
         "prefill_share_of_e2e": share_of_e2e(records, "prefill"),
         "decode_share_of_e2e": share_of_e2e(records, "decode"),
         "cache_hits": sum(r.cache_status == "Hit" for r in timed),

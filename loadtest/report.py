@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from loadtest.meta import RunInfo
-from loadtest.phases import PART_LABELS, TTFT_PARTS, stall_factor
+from loadtest.phases import PART_LABELS, STALL_FACTOR, TTFT_PARTS
 from loadtest.plots import Runs, write_plots
 from loadtest.workload import CACHE_WORKLOADS
 
@@ -136,16 +136,7 @@ def phases_markdown(label: str, summary: dict[str, Any]) -> str:
     for pct, group in phases["ttft"].items():
         shares = " | ".join(f"{group['shares'][p]:.0%}" for p in TTFT_PARTS)
         lines.append(f"| {pct} | {group['requests']} | {shares} |")
-    slow = phases["slow_itl"]
-    if slow["share"] is None:
-        lines += ["", "Slow ITL: no inter-token gaps above the run's p90."]
-    else:
-        lines += [
-            "",
-            f"Slow ITL (gaps above the run's p90, {slow['threshold_ms']:,.1f} ms): "
-            f"{slow['during_prefill']} of {slow['slow_gaps']} ({slow['share']:.0%}) "
-            "coincide with another request's prefill" + _stall(slow) + ".",
-        ]
+    lines += ["", _stalls(phases["stalls"])]
     shares = [
         f"{phase} {share:.0%}"
         for phase in ("prefill", "decode")
@@ -157,13 +148,21 @@ def phases_markdown(label: str, summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _stall(slow: dict[str, Any]) -> str:
-    factor = stall_factor(slow)
-    if factor is None:
-        return ""
+def _stalls(stalls: dict[str, Any]) -> str:
+    if not stalls["gaps"]:
+        return "Stalls: no inter-token gaps."
+    head = (
+        f"Stalls (gaps of {STALL_FACTOR:g}x the median gap of {stalls['median_gap_ms']:,.1f} ms "
+        f"or more, {stalls['threshold_ms']:,.1f} ms)"
+    )
+    n = stalls["stalls"]
+    if not n:
+        return f"{head}: none in {stalls['gaps']:,} gaps."
     return (
-        f"; those took {slow['median_during_prefill_ms']:,.1f} ms (median), "
-        f"{factor:.1f}x the median gap of {slow['median_gap_ms']:,.1f} ms"
+        f"{head}: {n:,} of {stalls['gaps']:,} gaps ({n / stalls['gaps']:.1%}), median "
+        f"{stalls['median_stall_ms']:,.1f} ms, adding {stalls['time_share']:.0%} to the time "
+        f"between tokens; {stalls['during_prefill']:,} of them "
+        f"({stalls['during_prefill'] / n:.0%}) coincide with another request's prefill."
     )
 
 

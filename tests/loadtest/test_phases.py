@@ -14,7 +14,7 @@ from loadtest.phases import (
     diagnose,
     percentile_group,
     prefill_interval,
-    slow_gaps_during_prefill,
+    stalls_during_prefill,
     ttft_parts,
     ttft_shares,
     where_the_time_goes,
@@ -70,40 +70,51 @@ def test_percentile_groups() -> None:
     assert [r.index for r in percentile_group(records[:1], 50.0)] == [0]
 
 
-def test_slow_gaps_coincide_with_another_requests_prefill() -> None:
+def test_stalls_coincide_with_another_requests_prefill() -> None:
     # The long prompt is prefilled from 0.2 s to its first token at 1.0 s. The chat stream's
-    # first slow gap (0.2 to 0.8 s) falls in it, its second (1.8 to 2.4 s) does not.
+    # first stall (0.2 to 0.8 s) falls in it, its second (1.8 to 2.4 s) does not; gaps of
+    # 0.15 s (3x the median 0.05 s) are slow but no stalls.
     long = _record(0, 1.0, {"queue": 10, "prefill": 800})
-    chat = _record(1, 0.1, {"prefill": 20}, itl=[0.05, 0.05, 0.6, *[0.05] * 20, 0.6])
+    gaps = [0.05, 0.05, 0.6, *[0.05] * 20, 0.15, 0.6]
+    chat = _record(1, 0.1, {"prefill": 20}, itl=gaps)
     assert prefill_interval(long) == pytest.approx((0.2, 1.0))
     assert prefill_interval(_record(2, 0.1, {"cache": 3})) is None
-    stalls = slow_gaps_during_prefill([long, chat])
-    assert stalls["threshold_ms"] == pytest.approx(50.0)  # p90 of the 24 gaps
-    assert (stalls["slow_gaps"], stalls["during_prefill"]) == (2, 1)
-    assert stalls["share"] == pytest.approx(0.5)
+    stalls = stalls_during_prefill([long, chat])
+    assert stalls["median_gap_ms"] == pytest.approx(50.0)
+    assert stalls["threshold_ms"] == pytest.approx(200.0)  # STALL_FACTOR 4
+    assert (stalls["gaps"], stalls["stalls"], stalls["during_prefill"]) == (25, 2, 1)
+    assert stalls["median_stall_ms"] == pytest.approx(600.0)
+    assert stalls["time_share"] == pytest.approx(1.1 / 2.45)  # 2 x 0.55 s over 2.45 s
     # A stream's own prefill never counts: it ends where the stream's gaps begin.
-    assert slow_gaps_during_prefill([chat])["during_prefill"] == 0
+    assert stalls_during_prefill([chat])["during_prefill"] == 0
 
 
 def _phases(
     queue: float,
     cache: float,
-    stalls: float | None,
+    stall_share: float | None,
     decode: float | None,
     *,
-    stall_factor: float = 10.0,
+    stalls: int = 10,
+    lost: float = 0.3,
     prefill: float | None = 0.1,
     hits: int = 0,
 ) -> Any:
+    """Phases with `stalls` stalls in 1,000 gaps adding `lost` to the time between tokens,
+    `stall_share` of them (None: no stalls) during another request's prefill."""
     shares = {"queue": queue, "prefill": 0.0, "cache": cache, "other": 1 - queue - cache}
-    median_gap = 50.0
+    n = 0 if stall_share is None else stalls
     return {
         "timed_requests": 20,
         "ttft": {"p99": {"shares": shares}},
-        "slow_itl": {
-            "share": stalls,
-            "median_gap_ms": median_gap,
-            "median_during_prefill_ms": None if stalls is None else median_gap * stall_factor,
+        "stalls": {
+            "gaps": 1000,
+            "median_gap_ms": 50.0,
+            "threshold_ms": 200.0,
+            "stalls": n,
+            "during_prefill": round(n * (stall_share or 0)),
+            "median_stall_ms": 2000.0 if n else None,
+            "time_share": lost if n else 0.0,
         },
         "prefill_share_of_e2e": prefill,
         "decode_share_of_e2e": decode,
@@ -122,11 +133,14 @@ def test_diagnosis_rules_in_order() -> None:
     assert diagnose(_phases(0.3, 0.1, 0.2, 0.3)).startswith("no single phase dominates")
 
 
-def test_gaps_only_somewhat_slower_during_prefills_are_no_stall() -> None:
-    """Chunked prefill at work: the slow gaps overlap prefills, but are 2x, not 10x."""
-    chunked = _phases(0.3, 0.1, 0.9, 0.8, stall_factor=2.0)
-    assert diagnose(chunked).startswith("decode-bound")
-    assert "10x the median gap" in diagnose(_phases(0.3, 0.1, 0.9, 0.8))
+def test_stalls_need_to_cost_time_and_to_coincide_with_prefills() -> None:
+    """Chunked prefill at work: stalls are short or rare; the streams wait on decode."""
+    assert diagnose(_phases(0.3, 0.1, 0.9, 0.8)) == (
+        "ITL spikes coincide with long prefills (9 of 10 stalls, median 2,000 ms, 30% of "
+        "the time between tokens): enable chunked prefill or lower max_num_batched_tokens"
+    )
+    assert diagnose(_phases(0.3, 0.1, 0.9, 0.8, lost=0.15)).startswith("decode-bound")
+    assert diagnose(_phases(0.3, 0.1, 0.5, 0.8)).startswith("decode-bound")
 
 
 def test_prefill_bound_only_when_prefill_outweighs_decode() -> None:
