@@ -236,6 +236,7 @@ class SemanticCache:
             self.stats.hits_exact += 1
         else:
             self.stats.hits_semantic += 1
+        self.stats.observe_saved(result.hit.entry)
         # The event loop keeps only weak references to tasks: hold it until it is done.
         task = asyncio.get_running_loop().create_task(self._record_hit(result.hit.entry.id))
         self._background.add(task)

@@ -4,9 +4,10 @@
   version counter). Every process polls the version twice a second and applies a new
   value: a change reaches all replicas within a second, and survives their restarts
   (the value stored by the admin API wins over the configured one at start).
-- Each process publishes its counters (CacheStats' snapshot plus what the caller adds)
-  every half second, under its own key that expires when it stops publishing; the
-  admin API's stats add up every live process's and say how many reported.
+- Each process publishes its counters (CacheStats' snapshot, what hits saved per tenant
+  and model included, plus what the caller adds) every half second, under its own key
+  that expires when it stops publishing; the admin API's stats add up every live
+  process's and say how many reported.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ SETTINGS_KEY = "semgate:admin:thresholds"
 STATS_PREFIX = "semgate:admin:stats:"
 SYNC_SECONDS = 0.5
 STATS_TTL_SECONDS = 5  # a process that stopped publishing drops out of the sum
-# Fields every process reports alike: kept from one, not added up.
+# Lists every process reports alike (the histogram's bounds): kept from one, not added
+# up. Lists only: a dict under such a name (a tenant named "buckets") is added up.
 _SAME_EVERYWHERE = frozenset({"buckets"})
 
 
@@ -39,7 +41,7 @@ def add_up(total: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
     out = dict(total)
     for key, value in more.items():
         mine = out.get(key)
-        if key in _SAME_EVERYWHERE or mine is None:
+        if mine is None or (key in _SAME_EVERYWHERE and isinstance(value, list)):
             out.setdefault(key, value)
         elif isinstance(value, dict) and isinstance(mine, dict):
             out[key] = add_up(mine, value)

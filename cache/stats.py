@@ -1,13 +1,47 @@
-"""Cache counters and the histogram of best-candidate similarity."""
+"""Cache counters, the histogram of best-candidate similarity, and what hits saved."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cache.store import CacheEntry
 
 # Similarity histogram bucket upper bounds: fine steps where thresholds live.
 SIMILARITY_BUCKETS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
+
+
+@dataclass
+class Saved:
+    """What the hits on one tenant's entries of one model saved: the tokens their answers
+    did not generate (the entries' stored completion_tokens) or prefill (prompt_tokens,
+    their original prompts'), and the seconds their generation took when it was done.
+    Entries that lack a count or a time (seeded ones have no time, nor do those stored
+    before times were kept) are counted in `hits_without_tokens` / `_seconds`, never
+    guessed."""
+
+    hits: int = 0
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    seconds: float = 0.0
+    hits_without_tokens: int = 0
+    hits_without_seconds: int = 0
+
+    def add(self, entry: CacheEntry) -> None:
+        self.hits += 1
+        completion = entry.completion_tokens
+        if completion is None:
+            self.hits_without_tokens += 1
+        else:
+            self.completion_tokens += completion
+        self.prompt_tokens += entry.prompt_tokens or 0
+        seconds = entry.generation_seconds
+        if seconds is None:
+            self.hits_without_seconds += 1
+        else:
+            self.seconds += seconds
 
 
 @dataclass
@@ -28,6 +62,7 @@ class CacheStats:
     rejections_by_rule: Counter[str] = field(default_factory=Counter)
     similarity_counts: list[int] = field(default_factory=lambda: [0] * len(SIMILARITY_BUCKETS))
     similarity_sum: float = 0.0
+    saved: dict[tuple[str, str], Saved] = field(default_factory=dict)  # by (tenant, model)
 
     def observe_similarity(self, similarity: float) -> None:
         for i, bound in enumerate(SIMILARITY_BUCKETS):
@@ -35,6 +70,10 @@ class CacheStats:
                 self.similarity_counts[i] += 1
                 break
         self.similarity_sum += similarity
+
+    def observe_saved(self, entry: CacheEntry) -> None:
+        """A hit on `entry`: what serving it saved, under the entry's tenant and model."""
+        self.saved.setdefault((entry.tenant, entry.model), Saved()).add(entry)
 
     @property
     def hits(self) -> int:
@@ -61,4 +100,12 @@ class CacheStats:
                 "counts": list(self.similarity_counts),
                 "sum": self.similarity_sum,
             },
+            "saved": self._saved_snapshot(),
         }
+
+    def _saved_snapshot(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """{tenant: {model: Saved's fields}}: nested dicts, which replicas add up."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for (tenant, model), saved in sorted(self.saved.items()):
+            out.setdefault(tenant, {})[model] = asdict(saved)
+        return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -97,10 +98,34 @@ class CacheEntry:
             metadata=json.loads(text("metadata") or "{}"),
         )
 
+    @property
+    def completion_tokens(self) -> int | None:
+        """The stored answer's own length in tokens, when it was counted."""
+        return _count(self.metadata.get("completion_tokens"))
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """Its original prompt's length in tokens, when it was counted."""
+        return _count(self.metadata.get("prompt_tokens"))
+
+    @property
+    def generation_seconds(self) -> float | None:
+        """How long generating the answer took (the gateway stores it with each answer it
+        generates); None for seeded entries and those stored before it was kept."""
+        seconds = self.metadata.get("generation_seconds")
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+            return float(seconds) if math.isfinite(seconds) and seconds >= 0 else None
+        return None
+
     def to_fields(self) -> dict[str, Any]:
         """The hash fields `from_fields` reads back (the vector is stored beside them)."""
         fields = {name: getattr(self, name) for name in FIELDS}
         return {**fields, "metadata": json.dumps(self.metadata, ensure_ascii=False)}
+
+
+def _count(value: Any) -> int | None:
+    """A token count as metadata holds it (JSON: a bool is no count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 @dataclass(frozen=True)

@@ -276,10 +276,10 @@ class ChatService:
             # or turned away while other requests' early starts held the queue.
             if early is not None and not early.cancelled and not early.turned_away:
                 self.metrics.early_starts.labels("used").inc()
-                source = early.deltas()
+                source, sent = early.deltas(), early.sent
             else:
-                source = self.upstream.stream(job)
-            return self._produce(source, cache_request, lookup, store, directives.ttl)
+                source, sent = self.upstream.stream(job), time.perf_counter()
+            return self._produce(source, sent, cache_request, lookup, store, directives.ttl)
 
         if status == "miss" and self.cache is not None:
             variant = (job.max_tokens, tuple(job.stop), job.ignore_eos)
@@ -351,6 +351,8 @@ class ChatService:
             "X-Cache-Entry": entry.id,
             "Age": str(max(0, int(time.time() - entry.created))),
         }
+        if (seconds := entry.generation_seconds) is not None:
+            headers["X-Cache-Saved-Seconds"] = f"{seconds:.4f}"  # as stored: to 0.1 ms
 
         async def final() -> AsyncGenerator[Delta, None]:
             # Usage as the answer cost when it was generated (or counted when seeded): the
@@ -383,6 +385,7 @@ class ChatService:
     async def _produce(
         self,
         source: AsyncGenerator[Delta, None],
+        sent: float,
         cache_request: CacheRequest,
         lookup: LookupResult | None,
         store: bool,
@@ -392,14 +395,18 @@ class ChatService:
         as the final delta arrives, before it is handed on: the client's response ends
         without waiting for Redis, and a consumer that stops at the final delta cannot
         cancel the store. Inside a single-flight task the flight also waits for the
-        store, so requests arriving after it hit the cache instead of starting again."""
+        store, so requests arriving after it hit the cache instead of starting again.
+        `sent` is when the request went to the upstream (perf_counter): the answer is
+        stored with the seconds from then to its final delta."""
         parts: list[str] = []
         stored: asyncio.Task[object] | None = None
         try:
             async for delta in source:
                 parts.append(delta.text)
                 if delta.finish_reason is not None:
-                    stored = self._finish(delta, "".join(parts), cache_request, lookup, store, ttl)
+                    seconds = time.perf_counter() - sent
+                    text = "".join(parts)
+                    stored = self._finish(delta, text, seconds, cache_request, lookup, store, ttl)
                 yield delta
         finally:
             await source.aclose()  # leaving early aborts it
@@ -410,12 +417,14 @@ class ChatService:
         self,
         final: Delta,
         text: str,
+        seconds: float,
         cache_request: CacheRequest,
         lookup: LookupResult | None,
         store: bool,
         ttl: int | None,
     ) -> asyncio.Task[object] | None:
-        """Counts the upstream's tokens and starts storing the answer (policy permitting)."""
+        """Counts the upstream's tokens and starts storing the answer (policy permitting),
+        with its usage and `seconds`, how long the upstream took to produce it."""
         self._count(final, cache_request.model)
         if not store or self.cache is None:
             return None
@@ -425,8 +434,10 @@ class ChatService:
             "completion_tokens": final.completion_tokens,
         }
         usage = {name: n for name, n in counts.items() if n is not None}
+        # What a hit on it will save (CacheEntry.generation_seconds), to 0.1 ms.
+        metadata = {**usage, "generation_seconds": round(seconds, 4)}
         task = asyncio.get_running_loop().create_task(
-            self.cache.store_answer(cache_request, outcome, lookup, ttl, usage)
+            self.cache.store_answer(cache_request, outcome, lookup, ttl, metadata)
         )
         # The loop holds tasks weakly: keep each store alive until it is done.
         self._stores.add(task)

@@ -10,6 +10,7 @@ freed, having cost at most one lookup's worth of engine time.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator
 
 from gateway.upstream import Delta, UpstreamError
@@ -18,6 +19,7 @@ from gateway.upstream import Delta, UpstreamError
 class EarlyStart:
     def __init__(self, stream: AsyncGenerator[Delta, None]) -> None:
         self._stream = stream
+        self.sent = time.perf_counter()  # when the request went to the upstream
         # The task drives the upstream generator to its first delta right away; later
         # deltas are pulled by whoever consumes `deltas()` (never both at once).
         self._first: asyncio.Future[Delta] = asyncio.ensure_future(anext(stream))

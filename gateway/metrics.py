@@ -113,6 +113,31 @@ class _LiveCollector(Collector):
             rules.add_metric([rule], count)
         yield rules
         yield _similarity_histogram(s)
+        yield from _saved(s)
+
+
+def _saved(s: CacheStats) -> Iterator[Metric]:
+    """What hits saved, by model (tenants are no label anywhere: their number is the
+    operator's key list's; the admin API's stats have them apart)."""
+    tokens = CounterMetricFamily(
+        "semgate_cache_saved_tokens",
+        "Tokens that cache hits did not generate: the stored answers' completion tokens.",
+        labels=["model_name"],
+    )
+    seconds = CounterMetricFamily(
+        "semgate_cache_saved_seconds",
+        "Seconds of generation that cache hits did not spend: the time each stored answer "
+        "took upstream, for those whose time is known.",
+        labels=["model_name"],
+    )
+    by_model: dict[str, tuple[int, float]] = {}
+    for (_, model), saved in s.saved.items():
+        n, secs = by_model.get(model, (0, 0.0))
+        by_model[model] = (n + saved.completion_tokens, secs + saved.seconds)
+    for model, (n, secs) in sorted(by_model.items()):
+        tokens.add_metric([model], n)
+        seconds.add_metric([model], secs)
+    yield from (tokens, seconds)
 
 
 def _bypasses(passed_through: Mapping[str, int], s: CacheStats | None) -> Metric:

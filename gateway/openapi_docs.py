@@ -62,6 +62,8 @@ ANSWER_HEADERS = {
     "X-Cache-Similarity": "On a hit: the cached question's similarity (1.0 for the exact tier)",
     "X-Cache-Entry": "On a hit: the entry's id",
     "Age": "On a hit: seconds since the answer was stored",
+    "X-Cache-Saved-Seconds": "On a hit: seconds the answer took to generate when it was "
+    "stored (absent for seeded entries and those stored before times were kept)",
     "X-Cache-Coalesced": "true when this miss followed an equivalent request in flight",
     "x-request-id": "The client's own request id (if sane), else a fresh one",
     "Server-Timing": "Where the time went, in milliseconds (`cache;dur=3.1, embed;dur=1.2, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +66,17 @@ def _error_fields(payload: Any) -> tuple[str | None, str | None]:
     return (str(code) if code else None), str(error.get("message", ""))[:200]
 
 
+def _seconds(value: str | None) -> float | None:
+    """A header's seconds, if it holds a finite, non-negative number."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
 async def _read_stream(response: httpx.Response, record: RequestRecord, sent: float) -> None:
     last_chunk: float | None = None
     async for line in response.aiter_lines():
@@ -114,6 +126,7 @@ async def send(
             record.status_code = response.status_code
             record.cache_status = response.headers.get("x-cache-status")
             record.timings = server_timing.parse(response.headers.get("server-timing", "")) or None
+            record.saved_seconds = _seconds(response.headers.get("x-cache-saved-seconds"))
             if response.status_code != 200:
                 body = (await response.aread()).decode(errors="replace")
                 record.error = f"http_{response.status_code}"

@@ -34,6 +34,9 @@ class RequestRecord:
     # reported them: the final chunk's `timings`, else the Server-Timing header; None when
     # it reported neither.
     timings: dict[str, float] | None = None
+    # A hit's X-Cache-Saved-Seconds: how long its answer took to generate when it was
+    # stored (None on a hit whose entry has no time, and on anything but a hit).
+    saved_seconds: float | None = None
 
     @property
     def ok(self) -> bool:

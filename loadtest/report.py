@@ -49,6 +49,7 @@ def table_rows(summaries: Summaries) -> list[tuple[str, list[str]]]:
             for group in ("hits", "misses")
             for key, name in (("ttft", "TTFT"), ("e2e", "e2e"))
         ),
+        row("saved by the cache", _saved),
     ]
     return [
         row("requests: completed / sent", lambda s: f"{s['completed']} / {s['requests']}"),
@@ -66,6 +67,15 @@ def table_rows(summaries: Summaries) -> list[tuple[str, list[str]]]:
         ),
         row("long prompts: TTFT p50 / p99 (ms)", _long_ttft),
     ]
+
+
+def _saved(summary: dict[str, Any]) -> str:
+    """Tokens the hits did not generate and the generation time they did not spend, with
+    the hits whose time the server did not tell (seeded entries, or no semgate)."""
+    saved = summary["saved_by_cache"]
+    cell = f"{saved['tokens']:,} tokens, {saved['seconds']:,.1f} s of generation"
+    untimed = saved["hits_without_seconds"]
+    return cell + (f" ({untimed} hits without a time)" if untimed else "")
 
 
 def _long_ttft(summary: dict[str, Any]) -> str:

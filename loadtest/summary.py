@@ -51,6 +51,20 @@ def _by_cache_status(done: list[RequestRecord]) -> dict[str, Any]:
     }
 
 
+def saved_by_cache(done: list[RequestRecord]) -> dict[str, Any]:
+    """What the hits among completed requests saved, as their responses told: `tokens`, the
+    completion tokens of their usage (the stored answers' own, not generated again), and
+    `seconds`, the generation time of those whose X-Cache-Saved-Seconds came
+    (`hits_without_seconds`: the hits it did not come with)."""
+    hits = cache_split(done)["hits"]
+    timed = [r.saved_seconds for r in hits if r.saved_seconds is not None]
+    return {
+        "tokens": sum(r.completion_tokens or 0 for r in hits),
+        "seconds": sum(timed, 0.0),
+        "hits_without_seconds": len(hits) - len(timed),
+    }
+
+
 def prefill_stall_gaps(records: list[RequestRecord]) -> list[float]:
     """Inter-token gaps of the short (chat) streams that overlap a window in which a long
     prompt waited for its first token: where its prefill can stall them. Over whole streams
@@ -93,6 +107,7 @@ def summarize(records: list[RequestRecord], elapsed: float) -> dict[str, Any]:
         "cache_hit_rate": statuses["Hit"] / with_status if with_status else None,
         **_latency(done),
         **_by_cache_status(done),
+        "saved_by_cache": saved_by_cache(done),
         "itl_during_long_prefill": summary_ms(prefill_stall_gaps(done)),
         "long": _latency([r for r in done if r.long]),
         "short": _latency([r for r in done if not r.long]),

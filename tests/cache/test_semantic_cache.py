@@ -246,3 +246,35 @@ def test_prompts_past_the_embedder_window_use_the_exact_tier_only(
     assert miss.status == "miss" and miss.vector is None and "exact tier" in (miss.reason or "")
     run(cache.store_answer(ask(long_q, tenant), DONE))
     assert run(cache.lookup(ask(long_q, tenant))).hit.tier == "exact"
+
+
+def test_each_hit_counts_what_its_entry_saved_by_tenant_and_model(
+    cache: SemanticCache, tenant: str, run: Run
+):
+    """A stored answer's tokens and time are counted per hit, exact or semantic, under its
+    tenant and model; a seeded one counts its tokens and no time; dry runs count nothing."""
+    usage = {"prompt_tokens": 12, "completion_tokens": 7, "generation_seconds": 0.25}
+    run(cache.store_answer(ask("What is the capital of France?", tenant), DONE, metadata=usage))
+    other = tenant + "-other"
+    run(cache.seed("How tall is Mount Everest?", "8,849 m.", model="m2", tenant=other,
+                   usage={"prompt_tokens": 9, "completion_tokens": 5}))  # fmt: skip
+    # No usage, no time (an upstream that sent no usage, stored before times were kept).
+    hamlet = ask("Who wrote Hamlet?", tenant, model="m3")
+    run(cache.store_answer(hamlet, CompletionOutcome("Shakespeare.", "stop")))
+
+    for question in ("What is the capital of France?", "Tell me the capital city of France"):
+        assert run(cache.lookup(ask(question, tenant))).status == "hit"
+    run(cache.lookup(ask("What is the capital of France?", tenant), dry_run=True))
+    assert run(cache.lookup(ask("How tall is Mount Everest?", other, model="m2"))).hit
+    assert run(cache.lookup(hamlet)).status == "hit"
+    assert run(cache.lookup(ask("Why is the sky blue?", tenant))).status == "miss"
+
+    saved = cache.stats.snapshot()["saved"]
+    assert saved == {
+        tenant: {"m": {"hits": 2, "completion_tokens": 14, "prompt_tokens": 24, "seconds": 0.5,
+                       "hits_without_tokens": 0, "hits_without_seconds": 0},
+                 "m3": {"hits": 1, "completion_tokens": 0, "prompt_tokens": 0, "seconds": 0.0,
+                        "hits_without_tokens": 1, "hits_without_seconds": 1}},
+        other: {"m2": {"hits": 1, "completion_tokens": 5, "prompt_tokens": 9, "seconds": 0.0,
+                       "hits_without_tokens": 0, "hits_without_seconds": 1}},
+    }  # fmt: skip

@@ -73,3 +73,17 @@ def test_add_up_adds_counters_and_keeps_what_is_the_same_everywhere():
         "by": {"a": 2, "b": 4},
         "h": {"buckets": [0.5, 1.0], "counts": [4, 6], "sum": 1.5},
     }
+
+
+def test_what_hits_saved_adds_up_per_tenant_and_model_whatever_they_are_named():
+    """Tenant and model names are keys of nested dicts: one named like a field that is kept
+    from one replica (the histogram's "buckets") is added up all the same."""
+    one = {"saved": {"buckets": {"m": {"hits": 1, "seconds": 0.5}}, "a": {"m": {"hits": 2}}}}
+    two = {"saved": {"buckets": {"m": {"hits": 3, "seconds": 1.0}}, "b": {"n": {"hits": 1}}}}
+    assert add_up(add_up({}, one), two) == {
+        "saved": {
+            "buckets": {"m": {"hits": 4, "seconds": 1.5}},
+            "a": {"m": {"hits": 2}},
+            "b": {"n": {"hits": 1}},
+        }
+    }

@@ -138,6 +138,13 @@ def test_repeat_hits_after_first_asks(endpoint: Endpoint, repeat: list[WorkItem]
     for original, r in zip(asked, reasked, strict=True):
         if r.cache_status == "Hit":  # replayed in one chunk, with the stored usage
             assert r.itl == [] and r.completion_tokens == original.completion_tokens
+            # and the time its answer took, within the request that generated it
+            assert original.e2e is not None and 0 < (r.saved_seconds or 0) < original.e2e
+    assert summary["saved_by_cache"] == {
+        "tokens": sum(r.completion_tokens or 0 for r in reasked if r.cache_status == "Hit"),
+        "seconds": pytest.approx(sum(r.saved_seconds or 0 for r in reasked)),
+        "hits_without_seconds": 0,
+    }
 
 
 def test_closed_loop_stops_at_the_request_bound(

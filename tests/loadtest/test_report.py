@@ -79,6 +79,30 @@ def test_table_rows_show_hits_and_misses_only_where_a_run_had_hits() -> None:
     assert names.index("cache hit rate") + 1 == names.index("TTFT p50 / p90 / p99 (ms)")
 
 
+def test_summary_and_table_tell_what_the_cache_saved() -> None:
+    """The hits' completion tokens (a stored answer's own usage) and the generation time
+    their X-Cache-Saved-Seconds told; misses, failed hits and untimed hits add no time."""
+    records = _cache_run()
+    hits = [r for r in records if r.cache_status == "Hit"]
+    for i, r in enumerate(hits):
+        r.completion_tokens = 20
+        r.saved_seconds = None if i < 2 else 1.5  # two seeded entries: no time
+    failed = _record(31, "Hit", 0.01)
+    failed.error, failed.completion_tokens, failed.saved_seconds = "timeout", 20, 9.0
+    summary = summarize([*records, failed], 20.0)
+    assert summary["saved_by_cache"] == {"tokens": 200, "seconds": 12.0, "hits_without_seconds": 2}
+    rows = dict(table_rows({"run": summary}))
+    assert rows["saved by the cache"] == [
+        "200 tokens, 12.0 s of generation (2 hits without a time)"
+    ]
+    for r in hits:
+        r.saved_seconds = 1.5
+    timed = summarize(records, 20.0)
+    assert dict(table_rows({"run": timed}))["saved by the cache"] == [
+        "200 tokens, 15.0 s of generation"
+    ]
+
+
 def test_truncation_warning_rule() -> None:
     def warnings(cut: int, workload: str = "repeat") -> list[str]:
         return truncation_warnings(workload, {"run": summarize(_cache_run(cut), 20.0)})
