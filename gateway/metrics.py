@@ -117,26 +117,23 @@ class _LiveCollector(Collector):
 
 
 def _saved(s: CacheStats) -> Iterator[Metric]:
-    """What hits saved, by model (tenants are no label anywhere: their number is the
-    operator's key list's; the admin API's stats have them apart)."""
+    """What hits saved, by tenant and model. Tenants are the configured keys' (or
+    `default` on the open gateway): a bounded label, never a client's free text."""
+    labels = ["tenant", "model_name"]
     tokens = CounterMetricFamily(
         "semgate_cache_saved_tokens",
         "Tokens that cache hits did not generate: the stored answers' completion tokens.",
-        labels=["model_name"],
+        labels=labels,
     )
     seconds = CounterMetricFamily(
         "semgate_cache_saved_seconds",
         "Seconds of generation that cache hits did not spend: the time each stored answer "
         "took upstream, for those whose time is known.",
-        labels=["model_name"],
+        labels=labels,
     )
-    by_model: dict[str, tuple[int, float]] = {}
-    for (_, model), saved in s.saved.items():
-        n, secs = by_model.get(model, (0, 0.0))
-        by_model[model] = (n + saved.completion_tokens, secs + saved.seconds)
-    for model, (n, secs) in sorted(by_model.items()):
-        tokens.add_metric([model], n)
-        seconds.add_metric([model], secs)
+    for (tenant, model), saved in sorted(s.saved.items()):
+        tokens.add_metric([tenant, model], saved.completion_tokens)
+        seconds.add_metric([tenant, model], saved.seconds)
     yield from (tokens, seconds)
 
 

@@ -16,8 +16,15 @@ from tests.gateway.servers import MODEL, Server, metric
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
-TOKENS = f'semgate_cache_saved_tokens_total{{model_name="{MODEL}"}}'
-SECONDS = f'semgate_cache_saved_seconds_total{{model_name="{MODEL}"}}'
+
+def tokens_of(tenant: str) -> str:
+    return f'semgate_cache_saved_tokens_total{{tenant="{tenant}",model_name="{MODEL}"}}'
+
+
+def seconds_of(tenant: str) -> str:
+    return f'semgate_cache_saved_seconds_total{{tenant="{tenant}",model_name="{MODEL}"}}'
+
+
 NOTHING = {"hits": 0, "completion_tokens": 0, "prompt_tokens": 0, "seconds": 0.0,
            "hits_without_tokens": 0, "hits_without_seconds": 0}  # fmt: skip
 
@@ -43,7 +50,10 @@ def ask(client: httpx.Client, question: str) -> httpx.Response:
 def test_hits_count_the_stored_tokens_and_generation_time_of_their_entry(
     gateway: Server, admin: httpx.Client, http: httpx.Client
 ):
-    before, metrics_before = saved(admin), (metric(gateway, TOKENS, 0), metric(gateway, SECONDS, 0))
+    before = saved(admin)
+    tokens_before = metric(gateway, tokens_of("alice"), 0)
+    seconds_before = metric(gateway, seconds_of("alice"), 0)
+    bob_before = metric(gateway, tokens_of("bob"), 0)
     question = "How many legs does a spider have?"
     t0 = time.perf_counter()
     miss = ask(http, question)
@@ -75,15 +85,17 @@ def test_hits_count_the_stored_tokens_and_generation_time_of_their_entry(
         "hits_without_seconds": 0,
     })  # fmt: skip
     assert after["bob"] == before["bob"]  # bob's partition saved nothing of alice's hits
-    assert metric(gateway, TOKENS) - metrics_before[0] == 2 * stored["completion_tokens"]
-    assert metric(gateway, SECONDS) - metrics_before[1] == pytest.approx(
+    assert metric(gateway, tokens_of("bob"), 0) == bob_before
+    assert metric(gateway, tokens_of("alice")) - tokens_before == 2 * stored["completion_tokens"]
+    assert metric(gateway, seconds_of("alice")) - seconds_before == pytest.approx(
         2 * stored["generation_seconds"]
     )
 
 
 def test_a_seeded_entry_saves_its_tokens_but_no_known_time(gateway: Server, admin: httpx.Client):
     before = saved(admin)
-    tokens_before, seconds_before = metric(gateway, TOKENS, 0), metric(gateway, SECONDS, 0)
+    tokens_before = metric(gateway, tokens_of("bob"), 0)
+    seconds_before = metric(gateway, seconds_of("bob"), 0)
     seeded = admin.post(
         "/admin/cache/entries",
         json={
@@ -113,5 +125,5 @@ def test_a_seeded_entry_saves_its_tokens_but_no_known_time(gateway: Server, admi
         "hits_without_seconds": 1,
     }
     assert after["alice"] == before["alice"]
-    assert metric(gateway, TOKENS) - tokens_before == usage["completion_tokens"]
-    assert metric(gateway, SECONDS, 0) == seconds_before
+    assert metric(gateway, tokens_of("bob")) - tokens_before == usage["completion_tokens"]
+    assert metric(gateway, seconds_of("bob"), 0) == seconds_before
