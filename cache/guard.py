@@ -45,6 +45,7 @@ from cache.guard_compare import (
     units_name_each_number,
 )
 from cache.guard_features import Features, features
+from cache.language import ENGLISH
 from cache.overlap import DEFAULT_BAR, WordOverlap, word_overlap
 
 
@@ -89,6 +90,19 @@ def rule(example: tuple[str, str], weighs_similarity: bool = False) -> Callable[
         return check
 
     return register
+
+
+@rule(example=("What is the capital of France?", "Quelle est la capitale de la France ?"))
+def language(a: Features, b: Features) -> Verdict | None:
+    """Every other rule reads English (its words, question types and phrases): a question
+    in another language, or two questions in different languages (an answer in one does
+    not serve an asker in the other), is never served a semantic hit; the exact tier
+    still answers a question asked again word for word."""
+    if a.language == b.language == ENGLISH:
+        return None
+    if a.language != b.language:
+        return Verdict(False, "language", f"{a.language} vs {b.language}")
+    return Verdict(False, "language", f"language {b.language} not supported")
 
 
 @rule(example=("What is 17 times 23?", "What is 17 times 24?"))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from cache import lexicon
+from cache.language import ENGLISH, language
 from cache.question_types import QUESTION_TYPES
 
 _TOKEN = re.compile(
@@ -64,6 +65,7 @@ class Features:
     timing: frozenset[str]  # "before" | "during" | "after" a stated time ("in the first 48 hours")
     quoted: frozenset[str]  # the words inside quotes ("how do you say 'I went'": i, went)
     flags: frozenset[str]  # command-line flags: "-d", "--rm"
+    language: str = ENGLISH  # ISO 639-1 (cache/language.py): the rules read English only
 
     @property
     def numbers(self) -> tuple[float, ...]:
@@ -530,4 +532,5 @@ def features(text: str) -> Features:
         timing=frozenset(_timing(words)),
         quoted=frozenset(_quoted_words(text)),
         flags=frozenset(_FLAG.findall(text)),
+        language=language(text),
     )

@@ -24,6 +24,7 @@ import redis.exceptions
 
 from cache.embedder import Embedder
 from cache.guard import Guard, Verdict
+from cache.language import language
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.redis_server import EmbeddedRedis, check_redis_url
 from cache.shared_flight import Claim, Codec, FlightLost, SharedFlights, aclose
@@ -311,6 +312,8 @@ class SemanticCache:
         vector = lookup.vector
         if vector is None:
             vector = await self.embedder.embed(lookup.question)
+        # The guard detects it again (cached) when it checks; stored for the operator.
+        metadata = {**metadata, "language": language(lookup.question)}
         return await self.store.put(
             lookup.scope,
             lookup.question,

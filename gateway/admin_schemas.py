@@ -20,7 +20,7 @@ class EntryView(msgspec.Struct):
     created: float  # Unix time
     hits: int
     ttl: int | None  # seconds left; None: never expires
-    metadata: dict[str, Any]  # finish_reason, prompt_tokens, completion_tokens, seeded,
+    metadata: dict[str, Any]  # finish_reason, language, prompt_tokens, completion_tokens, seeded,
     # generation_seconds (how long a generated answer took: what a hit on it saves)
 
     @classmethod

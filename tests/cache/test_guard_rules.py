@@ -25,6 +25,7 @@ def test_the_rules_run_in_the_registered_order():
     names = tuple(REGISTRY)
     assert names == Guard.RULES
     assert names == (
+        "language",
         "numbers",
         "units",
         "negation",
@@ -39,7 +40,7 @@ def test_the_rules_run_in_the_registered_order():
         "qualifier",
         "overlap",
     )
-    assert [r.weighs_similarity for r in REGISTRY.values()] == [False] * 12 + [True]
+    assert [r.weighs_similarity for r in REGISTRY.values()] == [False] * 13 + [True]
 
 
 def test_the_registry_refuses_a_name_twice_and_a_word_rule_after_the_bar():

@@ -278,3 +278,27 @@ def test_each_hit_counts_what_its_entry_saved_by_tenant_and_model(
         other: {"m2": {"hits": 1, "completion_tokens": 5, "prompt_tokens": 9, "seconds": 0.0,
                        "hits_without_tokens": 0, "hits_without_seconds": 1}},
     }  # fmt: skip
+
+
+def test_a_language_the_guard_cannot_read_gets_the_exact_tier_only(
+    cache: SemanticCache, tenant: str, run: Run
+):
+    french = "Quelle est la capitale de l'Australie ?"
+    stored = run(cache.store_answer(ask(french, tenant), CompletionOutcome("Canberra.", "stop")))
+    assert stored is not None and stored.metadata["language"] == "fr"
+    again = run(cache.lookup(ask(french, tenant)))
+    assert again.hit is not None and again.hit.tier == "exact"
+
+    reworded = run(cache.lookup(ask("C'est quoi la capitale de l'Australie ?", tenant)))
+    assert reworded.status == "miss"
+    assert reworded.best is not None and reworded.best.rejected
+    verdict = reworded.best.verdict
+    assert verdict is not None and (verdict.rule, verdict.detail) == (
+        "language",
+        "language fr not supported",
+    )
+    # An English question is never served the French answer, however similar.
+    english = run(cache.lookup(ask("What is the capital of Australia?", tenant), dry_run=True))
+    [checked] = [c for c in english.candidates if c.candidate.entry.response == "Canberra."]
+    assert checked.verdict is not None and checked.verdict.detail == "fr vs en"
+    assert cache.stats.rejections_by_rule["language"] == 1  # the dry run counts nothing
