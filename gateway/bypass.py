@@ -45,28 +45,11 @@ def _non_text(messages: list[ChatMessage]) -> bool:
     )
 
 
-# In order: the first that applies is the reason. Neutral values (n 1, penalties 0,
+Checks = tuple[tuple[Callable[[Any], bool], Unkeyable], ...]
+
+# Sampling fields chat and text completions share; neutral values (n 1, penalties 0,
 # top_k -1 or 0, min_p 0, repetition_penalty 1) change nothing and are keyed as usual.
-_CHECKS: tuple[tuple[Callable[[ChatCompletionRequest], bool], Unkeyable], ...] = (
-    (lambda r: bool(r.tools), Unkeyable("tools", "tools", "tools are not supported")),
-    (
-        lambda r: r.tool_choice not in (None, "none"),
-        Unkeyable("tool_choice", "tool_choice", "tool_choice is not supported"),
-    ),
-    (
-        lambda r: _tool_messages(r.messages),
-        Unkeyable("tool_messages", "messages", "tool and function messages are not supported"),
-    ),
-    (
-        lambda r: bool(r.response_format) and r.response_format.get("type", "text") != "text",
-        Unkeyable(
-            "response_format", "response_format", "only response_format type 'text' is supported"
-        ),
-    ),
-    (
-        lambda r: bool(r.logprobs or r.top_logprobs),
-        Unkeyable("logprobs", "logprobs", "logprobs are not supported"),
-    ),
+SAMPLING_CHECKS: Checks = (
     (lambda r: r.n not in (None, 1), Unkeyable("n", "n", "only n=1 is supported")),
     (
         lambda r: bool(r.presence_penalty),
@@ -88,6 +71,30 @@ _CHECKS: tuple[tuple[Callable[[ChatCompletionRequest], bool], Unkeyable], ...] =
             "repetition_penalty", "repetition_penalty", "repetition_penalty is not supported"
         ),
     ),
+)
+
+# In order: the first that applies is the reason.
+_CHECKS: Checks = (
+    (lambda r: bool(r.tools), Unkeyable("tools", "tools", "tools are not supported")),
+    (
+        lambda r: r.tool_choice not in (None, "none"),
+        Unkeyable("tool_choice", "tool_choice", "tool_choice is not supported"),
+    ),
+    (
+        lambda r: _tool_messages(r.messages),
+        Unkeyable("tool_messages", "messages", "tool and function messages are not supported"),
+    ),
+    (
+        lambda r: bool(r.response_format) and r.response_format.get("type", "text") != "text",
+        Unkeyable(
+            "response_format", "response_format", "only response_format type 'text' is supported"
+        ),
+    ),
+    (
+        lambda r: bool(r.logprobs or r.top_logprobs),
+        Unkeyable("logprobs", "logprobs", "logprobs are not supported"),
+    ),
+    *SAMPLING_CHECKS,
     (
         lambda r: _non_text(r.messages),
         Unkeyable("non_text_content", "messages", "only text content parts are supported"),
@@ -95,9 +102,14 @@ _CHECKS: tuple[tuple[Callable[[ChatCompletionRequest], bool], Unkeyable], ...] =
 )
 
 
+def first_applying(checks: Checks, request: Any) -> Unkeyable | None:
+    """The first of `checks` that applies to `request`, if any."""
+    return next((found for check, found in checks if check(request)), None)
+
+
 def unkeyable(request: ChatCompletionRequest) -> Unkeyable | None:
     """The first of the request's known fields that the cache cannot key, if any."""
-    return next((found for check, found in _CHECKS if check(request)), None)
+    return first_applying(_CHECKS, request)
 
 
 def unknown_field(body: Mapping[str, Any]) -> str | None:

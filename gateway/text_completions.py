@@ -6,9 +6,9 @@ as received (gateway/passthrough.py)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import cast
 
+from gateway.bypass import SAMPLING_CHECKS, Checks, Unkeyable, first_applying
 from gateway.completions import check_model, prefix_cache_salt
 from gateway.errors import APIError
 from gateway.schemas import CompletionRequest
@@ -19,27 +19,16 @@ BYPASS_REASON = "completions"
 PATH = "/v1/completions"
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's
 
-# What the engine cannot honour: a 400 naming the field, never silently ignored.
-_UNSUPPORTED: tuple[tuple[Callable[[CompletionRequest], bool], str, str], ...] = (
-    (lambda r: r.n not in (None, 1), "n", "only n=1 is supported"),
-    (lambda r: r.best_of not in (None, 1), "best_of", "only best_of=1 is supported"),
-    (lambda r: r.logprobs is not None, "logprobs", "logprobs are not supported"),
-    (lambda r: bool(r.suffix), "suffix", "suffix is not supported"),
-    (lambda r: bool(r.presence_penalty), "presence_penalty", "presence_penalty is not supported"),
-    (
-        lambda r: bool(r.frequency_penalty),
-        "frequency_penalty",
-        "frequency_penalty is not supported",
-    ),
-    (lambda r: bool(r.logit_bias), "logit_bias", "logit_bias is not supported"),
-    (lambda r: r.top_k not in (None, -1, 0), "top_k", "top_k is not supported"),
-    (lambda r: bool(r.min_p), "min_p", "min_p is not supported"),
-    (
-        lambda r: r.repetition_penalty not in (None, 1),
-        "repetition_penalty",
-        "repetition_penalty is not supported",
-    ),
-)
+# What the engine cannot honour: a 400 naming the field, never silently ignored. The
+# sampling fields are chat's (gateway/bypass.py); these three only text completions have.
+_UNSUPPORTED: Checks = (
+    (lambda r: r.best_of not in (None, 1),
+     Unkeyable("best_of", "best_of", "only best_of=1 is supported")),
+    (lambda r: r.logprobs is not None,
+     Unkeyable("logprobs", "logprobs", "logprobs are not supported")),
+    (lambda r: bool(r.suffix), Unkeyable("suffix", "suffix", "suffix is not supported")),
+    *SAMPLING_CHECKS,
+)  # fmt: skip
 
 
 def _prompt(prompt: str | list[str | int | list[int]]) -> str | list[int]:
@@ -62,9 +51,8 @@ def _prompt(prompt: str | list[str | int | list[int]]) -> str | list[int]:
 def to_text_job(request: CompletionRequest, models: list[str], tenant: str) -> ChatJob:
     """The request as the in-process engine runs it: its raw prompt, no template."""
     check_model(request.model, models)
-    for unsupported, param, message in _UNSUPPORTED:
-        if unsupported(request):
-            raise APIError(400, f"{message} by the in-process engine", param=param)
+    if (found := first_applying(_UNSUPPORTED, request)) is not None:
+        raise APIError(400, f"{found.message} by the in-process engine", param=found.param)
     stop = request.stop
     return ChatJob(
         request_id=f"cmpl-{uuid.uuid4().hex}",
