@@ -36,7 +36,15 @@ COPY gateway ./gateway
 COPY loadtest ./loadtest
 RUN pip install --no-deps . && rm -rf /src/build
 
-RUN useradd --create-home --uid 1000 semgate
+# semgate's CPU kernels (engine/kernels/*.c), compiled here into the cache directory
+# and the compiler removed again: the image runs them wherever the CPU has AVX-512
+# VNNI, and aten's kernels elsewhere.
+ENV SEMGATE_CACHE_DIR=/var/cache/semgate
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && python -m engine.cpu_kernels \
+    && apt-get purge -y --auto-remove gcc libc6-dev && rm -rf /var/lib/apt/lists/*
+
+RUN useradd --create-home --uid 1000 semgate && chown -R semgate /var/cache/semgate
 USER semgate
 WORKDIR /home/semgate
 

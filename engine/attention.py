@@ -271,9 +271,3 @@ def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
     """
     blocks = cache.index_select(0, block_ids.flatten())
     return blocks.view(*block_ids.shape[:-1], -1, *cache.shape[-2:])
-
-
-def select_attention_backend(name: str, device: torch.device) -> AttentionBackend:
-    if name in ("auto", "torch"):
-        return TorchAttention(device)
-    raise ValueError(f"unknown attention backend {name!r} (available: torch)")

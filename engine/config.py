@@ -74,7 +74,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
-    attention_backend: str = "auto"  # "auto" | "torch"
+    attention_backend: str = "auto"  # "auto" | "cpu" | "torch" (engine/attention_backends.py)
     # Weights of the linear layers on CPU: None or "none" (dtype), "int8" or "int4";
     # see engine/quantized_linear.py. "auto": int4 on CPU (the fastest mode that meets
     # its quality goal, docs/engine.md), none elsewhere.

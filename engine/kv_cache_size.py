@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import select_attention_backend
+from engine.attention_backends import select_attention_backend
 from engine.config import EngineConfig
 from engine.input_batch import BatchRow, InputBatch
 from engine.kv_cache import allocate_kv_cache, kv_cache_bytes_per_block
@@ -47,7 +47,9 @@ def profile_forward(model: CausalLM, config: EngineConfig, num_tokens: int) -> N
     kv_caches = allocate_kv_cache(
         cfg.num_layers, num_blocks, bs, cfg.num_kv_heads, cfg.head_dim, config.torch_dtype, device
     )
-    attention = select_attention_backend(config.attention_backend, device)
+    attention = select_attention_backend(
+        config.attention_backend, device, config.torch_dtype, cfg.head_dim
+    )
     inputs = InputBatch(
         attention, bs, device, max_num_tokens=num_tokens, max_num_seqs=1, max_model_len=num_tokens
     )

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.block_quantized_linear import BlockInt4Linear, BlockInt8Linear
+from engine.cpu_kernels import cpu_kernels_or_none
 from engine.quantized_linear import Int4Linear, Int8Linear
 
 
@@ -43,7 +45,13 @@ class Linear(nn.Module):
         return out.view(*shape[:-1], self.out_features)
 
 
-LAYERS: dict[str | None, type[nn.Module]] = {None: Linear, "int8": Int8Linear, "int4": Int4Linear}
+# Each quantization's layer: the block kernels (int8 activations, AVX-512 VNNI) where
+# this CPU has them, else aten's weight-only kernels over bfloat16 activations.
+LAYERS: dict[str | None, tuple[type[nn.Module], type[nn.Module]]] = {
+    None: (Linear, Linear),
+    "int8": (BlockInt8Linear, Int8Linear),
+    "int4": (BlockInt4Linear, Int4Linear),
+}
 
 
 def build_linear(
@@ -52,4 +60,5 @@ def build_linear(
     """A linear layer over weight ([out, in]) in the given quantization (None: as is)."""
     if quantization not in LAYERS:
         raise ValueError(f"quantization must be one of {list(LAYERS)}, not {quantization!r}")
-    return LAYERS[quantization](weight, bias)
+    block_kernels, fallback = LAYERS[quantization]
+    return (block_kernels if cpu_kernels_or_none() else fallback)(weight, bias)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import select_attention_backend
+from engine.attention_backends import select_attention_backend
 from engine.input_batch import BatchRow, InputBatch
 from engine.kv_cache import allocate_kv_cache
 from engine.model import CausalLM
@@ -40,7 +40,7 @@ class ModelRunner:
         self.model = model
         self.block_size = block_size
         self.device = device
-        self.attention = select_attention_backend(attention_backend, device)
+        self.attention = select_attention_backend(attention_backend, device, dtype, cfg.head_dim)
         # One builder serves the target's steps and the draft's: the target's step is
         # over (its logits consumed) before the draft proposes.
         self.inputs = InputBatch(

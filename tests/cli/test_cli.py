@@ -31,7 +31,7 @@ def _semgate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
 def test_chat_answers_one_prompt(quantization):
     result = _semgate(
         "chat",
-        "What is the capital of France?",
+        "What is the capital of France? Answer in one sentence.",
         "--temperature",
         "0",
         "--quantization",

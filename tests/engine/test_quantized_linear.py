@@ -78,9 +78,12 @@ def test_auto_quantization_on_cpu_is_int4():
 
 
 # Most KL divergence from float32's next-token distribution seen on PROMPTS, with
-# about 2.5x margin: int4 keeps the file's own Q4_1 weights (bfloat16 activations
-# only), int8 requantizes them per channel.
-MAX_KL = {"int8": 0.05, "int4": 0.02}
+# about 2x margin. Both modes quantize activations to int8 per block of 32 (the block
+# kernels, engine/block_quantized_linear.py): measured 0.016 (int8), 0.020 (int4).
+MAX_KL = {"int8": 0.04, "int4": 0.04}
+# Below this gap (nats) between float32's two likeliest tokens, that noise may swap
+# them: seen at gaps of 0.11, 0.14 and 0.24, never above.
+CLOSE_CALL = 0.3
 
 
 @pytest.mark.parametrize("mode", ["int8", "int4"])
@@ -90,6 +93,8 @@ def test_the_quantized_engine_predicts_what_float32_does(make_llm, float32_llm, 
         ids = llm.tokenizer.encode(prompt)
         ref = first_step_logits(float32_llm.engine, ids).log_softmax(-1)
         ours = first_step_logits(llm.engine, ids).log_softmax(-1)
-        assert ours.argmax() == ref.argmax(), prompt
+        first, second = ref.topk(2).values
+        if first - second >= CLOSE_CALL:
+            assert ours.argmax() == ref.argmax(), prompt
         kl = F.kl_div(ours, ref, log_target=True, reduction="sum").item()
         assert kl < MAX_KL[mode], (prompt, kl)

@@ -85,7 +85,10 @@ def test_max_tokens_ends_with_length(llm):
 
 def test_eos_ends_with_stop(llm):
     params = SamplingParams(max_tokens=64, temperature=0.0)
-    out = llm.chat([{"role": "user", "content": "What is the capital of France?"}], params)[0]
+    # Asked bare, the model's first token is a near tie ("The" vs "L", 0.08 nats apart
+    # in float32), which int8 activations may tip into a French answer that never ends.
+    question = "What is the capital of France? Answer in one sentence."
+    out = llm.chat([{"role": "user", "content": question}], params)[0]
     assert out.finish_reason == "stop"
     assert out.token_ids[-1] in llm.tokenizer.eos_token_ids
     assert "Paris" in out.text

@@ -71,7 +71,8 @@ def test_a_seeded_answer_is_counted_and_kept_within_max_tokens(
 
 @pytest.mark.usefixtures("fresh")
 def test_a_seeded_answer_counts_as_the_engine_counted_it(admin: httpx.Client, http: httpx.Client):
-    generated = chat(http, "What is the capital of France?", max_tokens=64).json()
+    question = "What is the capital of France? Answer in one sentence."
+    generated = chat(http, question, max_tokens=64).json()
     assert generated["choices"][0]["finish_reason"] == "stop"
     body = {
         "question": "Name the capital of France.",

@@ -223,10 +223,11 @@ def test_langchain_chat_openai(gateway: Server):
         max_tokens=96,
         max_retries=0,
     )
-    answer = llm.invoke("What is the capital of France?")
+    question = "What is the capital of France? Answer in one sentence."
+    answer = llm.invoke(question)
     assert "Paris" in answer.content
     settle(gateway.url)
-    streamed = "".join(str(chunk.content) for chunk in llm.stream("What is the capital of France?"))
+    streamed = "".join(str(chunk.content) for chunk in llm.stream(question))
     assert streamed == answer.content  # the second call is a cache hit, replayed as a stream
 
 

@@ -40,7 +40,10 @@ async def pool(urls: list[str], **kwargs: float) -> AsyncIterator[HttpUpstream]:
         await upstream.close()
 
 
-def job(upstream: HttpUpstream, question: str = "What is the capital of France?", **kw) -> ChatJob:
+FRANCE = "What is the capital of France? Answer in one sentence."
+
+
+def job(upstream: HttpUpstream, question: str = FRANCE, **kw) -> ChatJob:
     params = {"max_tokens": 16, "temperature": 0.0, **kw}
     messages = [{"role": "user", "content": question}]
     return ChatJob(request_id="t", model=upstream.models()[0], messages=messages, **params)

@@ -1,0 +1,31 @@
+"""Which attention backend a model runs on (EngineConfig.attention_backend)."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.attention import AttentionBackend, TorchAttention
+from engine.cpu_attention import MAX_HEAD_DIM, CpuAttention
+from engine.cpu_kernels import cpu_kernel
+
+BACKENDS = ("auto", "cpu", "torch")
+
+
+def select_attention_backend(
+    name: str, device: torch.device, dtype: torch.dtype, head_dim: int
+) -> AttentionBackend:
+    """ "auto": semgate's CPU kernel wherever it runs (a float32 cache on a CPU with
+    AVX-512 VNNI, a head_dim it takes), else TorchAttention (SDPA)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r} (available: {', '.join(BACKENDS)})")
+    probe = torch.empty(0, dtype=dtype, device=device)
+    kernel = cpu_kernel("paged_attention", probe)
+    fits = head_dim % 16 == 0 and head_dim <= MAX_HEAD_DIM
+    if name == "cpu" and (kernel is None or not fits):
+        raise ValueError(
+            "attention backend 'cpu' needs a float32 model on a CPU with AVX-512 VNNI and "
+            f"a head_dim that is a multiple of 16 up to {MAX_HEAD_DIM} (this one: {head_dim})"
+        )
+    if name in ("auto", "cpu") and kernel is not None and fits:
+        return CpuAttention(kernel)
+    return TorchAttention(device)

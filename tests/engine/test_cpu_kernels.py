@@ -1,0 +1,61 @@
+"""semgate's small CPU kernels against aten's ops, and the library's build."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.cpu_kernels import CpuKernelsUnavailable, cpu_kernels, cpu_kernels_or_none
+from engine.model import RMSNorm, RotaryEmbedding, apply_rope
+
+needs_kernels = pytest.mark.skipif(
+    cpu_kernels_or_none() is None, reason="semgate's CPU kernels need AVX-512 VNNI and a C compiler"
+)
+
+
+@needs_kernels
+def test_rope_is_bit_identical_to_apply_rope_on_a_strided_view():
+    rope = RotaryEmbedding(64, 100000.0, 4096)
+    tables = rope.tables(torch.tensor([0, 5, 17, 300, 4000, 1]), torch.float32)
+    assert tables.kernel is not None
+    qkv = torch.randn(6, 15 * 64)
+    qk = qkv.view(6, 15, 64)[:, :12]  # q and k heads inside the projection, as in a layer
+    expected = apply_rope(qk, tables.cos.unsqueeze(1), tables.signed_sin.unsqueeze(1))
+    assert torch.equal(tables.rotate(qk), expected)
+
+
+@needs_kernels
+@pytest.mark.parametrize("width", [576, 64, 40])  # hidden, a head (q/k norms), a ragged tail
+def test_rms_norm_matches_aten_and_keeps_each_rows_bits(width):
+    norm = RMSNorm(torch.rand(width) + 0.5, 1e-5)
+    assert norm.kernel is not None
+    x = torch.randn(70, width) * 4
+    out = norm(x)
+    assert torch.allclose(out, F.rms_norm(x, (width,), norm.weight, 1e-5), rtol=1e-5, atol=1e-6)
+    assert torch.equal(norm(x[3:4]), out[3:4])  # 70 rows split among threads; 1 does not
+
+
+@needs_kernels
+def test_no_compiler_is_a_readable_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEMGATE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    cpu_kernels.cache_clear()
+    try:
+        with pytest.raises(CpuKernelsUnavailable, match="no C compiler"):
+            cpu_kernels()
+    finally:
+        cpu_kernels.cache_clear()
+
+
+@needs_kernels
+def test_a_failing_compiler_is_reported_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEMGATE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", "false")
+    cpu_kernels.cache_clear()
+    try:
+        with pytest.raises(CpuKernelsUnavailable, match="false failed"):
+            cpu_kernels()
+    finally:
+        cpu_kernels.cache_clear()
+    assert not list(tmp_path.rglob("*.so")) and not list(tmp_path.rglob("*.tmp"))
