@@ -1,11 +1,11 @@
 """`semgate bench quant`: our engine's weight modes side by side, llama.cpp as the anchor.
 
-Our engine runs with its linear layers' weights in float32, int8 and int4 (aten's
-weight-only kernels, engine/quantized_linear.py), three engines built once and warmed up in
-one process; llama.cpp's `llama-server` serves the same GGUF file with as many threads,
-when a binary is found (see bench/llama_server.py). Every side gets the same
-token ids (one vocabulary), greedy, with EOS ignored, so all generate exactly the
-requested number of tokens:
+Our engine runs with its linear layers' weights in float32, int8 and int4 (semgate's block
+kernels where the CPU has AVX-512 VNNI, engine/block_quantized_linear.py, else aten's),
+three engines built once and warmed up in one process; llama.cpp's `llama-server`
+serves the same GGUF file with as many threads, when a binary is found (see
+bench/llama_server.py). Every side gets the same token ids (one vocabulary), greedy,
+with EOS ignored, so all generate exactly the requested number of tokens:
 
 1. Single-stream decode speed, prefill left out: (N - 1) tokens over the time from the
    first token to the last. Ours: the sum of the request's N - 1 inter-token

@@ -1,4 +1,6 @@
-"""Linear layers with quantized weights, for CPU decode.
+"""Linear layers with quantized weights on aten's kernels: the fallback where semgate's
+block kernels (engine/block_quantized_linear.py) cannot run (no AVX-512 VNNI, no C
+compiler).
 
 Decode reads every weight once a token, so fewer bytes a weight is the lever;
 but on CPU the kernel matters more than the format (docs/engine.md has the
