@@ -1,7 +1,9 @@
 """Attention on CPU by semgate's own kernel (engine/kernels/paged_attention.c): it
 reads keys and values where they lie in the paged cache, so no blocks are gathered,
 no masks built and no queries padded, and it writes the step's new keys and values
-into their slots in the same call.
+into their slots in the same call. Keys are kept transposed within each block
+([block][kv_head][dim][block_size]; the kernel's comment says why), so this
+backend's cache is read and written by this backend only.
 
 Each query token is attended on its own over exactly the keys it may see, so its
 bits depend on nothing else in the step: batching, chunking and speculation leave
@@ -49,7 +51,8 @@ class CpuMetadataBuilder:
 class CpuAttention:
     name = "cpu"
     max_short_query = 0  # rows in any order
-    block_size_multiple = 1
+    # The kernel stores keys transposed within a block, 16 slots to a vector.
+    block_size_multiple = 16
 
     def __init__(self, kernel: Callable[..., Any]) -> None:
         self.kernel = kernel

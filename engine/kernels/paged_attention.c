@@ -7,6 +7,12 @@
  * weighted sum run over its own keys in ascending order with the same
  * instructions, so batching, chunking and speculation cannot change its bits.
  * Threads split (group of tokens, head) pairs, never a sum.
+ *
+ * Keys are stored transposed within each block, [block][kv_head][dim][block_size]
+ * (values as written, [block][slot][kv_head][dim]): 16 consecutive slots of one
+ * dimension are one vector, so a query's scores against 16 keys are 64 multiply-adds
+ * of a broadcast query element, with no horizontal sum. Only this backend reads and
+ * writes the cache it is given, so the layout is its own business.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -16,37 +22,36 @@
 
 #include "vector_math.h"
 
-#define MAX_DIM 256 /* head_dim up to 16 registers of 16 floats */
+#define MAX_DIM 256 /* head_dim up to 16 registers of 16 floats (a row's weighted values) */
 
 #define GROUP 4 /* a chunk's consecutive queries attended together: each key is read once
                   * for the 4 (they see the same blocks), while every query keeps its own
                   * arithmetic, the same as alone */
 
 /* One query head of `rows` consecutive tokens of one sequence, token r over its n[r]
- * keys; s[r] is scratch for n[r] scores. */
+ * keys; s[r] is scratch for n[r] scores (and a vector's slack). */
 static inline __attribute__((always_inline)) void attend(
-    const float *const *q, const float *k_cache, const float *v_cache, int64_t slot_stride,
-    const int64_t *table, int64_t block_size, const int64_t *n, int64_t dim, float scale,
-    float *const *s, float *const *out, int rows) {
+    const float *const *q, const float *k_cache, const float *v_cache, int64_t k_block_stride,
+    int64_t slot_stride, const int64_t *table, int64_t block_size, const int64_t *n,
+    int64_t dim, float scale, float *const *s, float *const *out, int rows) {
     const int64_t vecs = dim / 16;
     int64_t most = 0;
     for (int r = 0; r < rows; r++) most = n[r] > most ? n[r] : most;
-    __m512 qv[GROUP][MAX_DIM / 16];
+    float qs[GROUP][MAX_DIM];
     for (int r = 0; r < rows; r++)
-        for (int64_t d = 0; d < vecs; d++)
-            qv[r][d] = _mm512_mul_ps(_mm512_loadu_ps(q[r] + 16 * d), _mm512_set1_ps(scale));
+        for (int64_t d = 0; d < dim; d++) qs[r][d] = q[r][d] * scale;
+    /* Scores 16 keys at a time; lanes past a row's n[r] are masked below. */
     for (int64_t j = 0, b = 0; j < most; b++) {
-        const int64_t first = table[b] * block_size;
-        const int64_t count = most - j < block_size ? most - j : block_size;
-        for (int64_t i = 0; i < count; i++, j++) {
-            const float *key = k_cache + (first + i) * slot_stride;
-            for (int r = 0; r < rows; r++) {
-                if (j >= n[r]) continue;
-                __m512 acc = _mm512_mul_ps(qv[r][0], _mm512_loadu_ps(key));
-                for (int64_t d = 1; d < vecs; d++)
-                    acc = _mm512_fmadd_ps(qv[r][d], _mm512_loadu_ps(key + 16 * d), acc);
-                s[r][j] = _mm512_reduce_add_ps(acc);
+        const float *keys = k_cache + table[b] * k_block_stride;
+        for (int64_t i = 0; i < block_size && j < most; i += 16, j += 16) {
+            __m512 acc[GROUP];
+            for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
+            for (int64_t d = 0; d < dim; d++) {
+                const __m512 k = _mm512_loadu_ps(keys + d * block_size + i);
+                for (int r = 0; r < rows; r++)
+                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qs[r][d]), k, acc[r]);
             }
+            for (int r = 0; r < rows; r++) _mm512_storeu_ps(s[r] + j, acc[r]);
         }
     }
     float inv[GROUP];
@@ -87,17 +92,18 @@ static inline __attribute__((always_inline)) void attend(
 }
 
 typedef void (*attend_fn)(const float *const *, const float *, const float *, int64_t,
-                          const int64_t *, int64_t, const int64_t *, int64_t, float,
+                          int64_t, const int64_t *, int64_t, const int64_t *, int64_t, float,
                           float *const *, float *const *, int);
 
 /* One instance per group size, so each keeps its vectors in registers. */
 #define ATTEND_ROWS(R)                                                                       \
     static void attend_##R(const float *const *q, const float *k_cache, const float *v_cache, \
-                           int64_t slot_stride, const int64_t *table, int64_t block_size,     \
-                           const int64_t *n, int64_t dim, float scale, float *const *s,       \
-                           float *const *out, int rows) {                                     \
+                           int64_t k_block_stride, int64_t slot_stride, const int64_t *table, \
+                           int64_t block_size, const int64_t *n, int64_t dim, float scale,    \
+                           float *const *s, float *const *out, int rows) {                    \
         (void)rows;                                                                           \
-        attend(q, k_cache, v_cache, slot_stride, table, block_size, n, dim, scale, s, out, R); \
+        attend(q, k_cache, v_cache, k_block_stride, slot_stride, table, block_size, n, dim,   \
+               scale, s, out, R);                                                             \
     }
 ATTEND_ROWS(1)
 ATTEND_ROWS(2)
@@ -115,6 +121,7 @@ int paged_attention(const float *q, int64_t q_stride, const float *k, const floa
                     const int64_t *token_keys, int64_t tokens, int64_t heads, int64_t kv_heads,
                     int64_t dim, int64_t block_size, float scale, float *out) {
     const int64_t slot_stride = kv_heads * dim, per_kv = heads / kv_heads;
+    const int64_t k_block_stride = block_size * slot_stride;
     /* Groups of up to GROUP consecutive tokens of one sequence: first[g] .. first[g + 1]. */
     int64_t *first = malloc((tokens + 1) * sizeof(int64_t));
     if (first == NULL) return -1;
@@ -130,7 +137,9 @@ int paged_attention(const float *q, int64_t q_stride, const float *k, const floa
     {
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tokens; t++) {
-            memcpy(k_cache + slots[t] * slot_stride, k + t * kv_stride, slot_stride * sizeof(float));
+            const int64_t block = slots[t] / block_size, i = slots[t] % block_size;
+            float *keys = k_cache + block * k_block_stride + i;
+            for (int64_t e = 0; e < slot_stride; e++) keys[e * block_size] = k[t * kv_stride + e];
             memcpy(v_cache + slots[t] * slot_stride, v + t * kv_stride, slot_stride * sizeof(float));
         }
         /* (the loop's barrier: every new key is in the cache before any query reads it) */
@@ -148,7 +157,8 @@ int paged_attention(const float *q, int64_t q_stride, const float *k, const floa
                 scores[r] = scratch + r * (most_keys + 16);
                 outs[r] = out + ((t0 + r) * heads + h) * dim;
             }
-            ATTEND[rows](qs, k_cache + (h / per_kv) * dim, v_cache + (h / per_kv) * dim,
+            const int64_t kv_head = h / per_kv;
+            ATTEND[rows](qs, k_cache + kv_head * dim * block_size, v_cache + kv_head * dim, k_block_stride,
                          slot_stride, block_tables + token_row[t0] * table_stride, block_size,
                          token_keys + t0, dim, scale, scores, outs, rows);
         }

@@ -34,17 +34,33 @@ def _row(query_len: int, context_len: int, block_table: list[int]) -> BatchRow:
 
 
 def _attend(
-    backend: AttentionBackend, cache: torch.Tensor, rows: list[BatchRow], qs: list[torch.Tensor]
+    backend: AttentionBackend, source: torch.Tensor, rows: list[BatchRow], qs: list[torch.Tensor]
 ) -> torch.Tensor:
-    """The backend's output rows; the new k/v are the cache's own, so it stays."""
-    num_blocks = cache.shape[1]
-    inputs = InputBatch(
-        backend, BLOCK, CPU, max_num_tokens=64, max_num_seqs=8, max_model_len=num_blocks * BLOCK
-    ).build(rows)
-    meta = inputs.attn_meta
-    k, v = (c.view(-1, KV_HEADS, DIM)[meta.slot_mapping] for c in cache)
+    """The backend's output rows. source ([2, blocks, BLOCK, KV_HEADS, DIM]) holds each
+    slot's k and v; the backend first writes every key its rows see, in its own cache
+    layout, then runs the step (whose new k/v are the same values again)."""
+    num_blocks = source.shape[1]
+    kv_cache = torch.zeros_like(source)
+
+    def step(batch: list[BatchRow], q: torch.Tensor) -> torch.Tensor:
+        tokens = max(sum(len(r.token_ids) for r in batch), 64)
+        inputs = InputBatch(
+            backend,
+            BLOCK,
+            CPU,
+            max_num_tokens=tokens,
+            max_num_seqs=8,
+            max_model_len=num_blocks * BLOCK,
+        )
+        meta = inputs.build(batch).attn_meta
+        k, v = (c.view(-1, KV_HEADS, DIM)[meta.slot_mapping] for c in source)
+        return backend.forward(q, k, v, kv_cache, meta)
+
+    for r in rows:
+        seen = r.start + len(r.token_ids)
+        step([_row(seen, seen, r.block_table)], torch.zeros(seen, HEADS, DIM))
     q = torch.cat(qs)
-    return backend.forward(q, k, v, cache.clone(), meta).view(q.shape[0], HEADS, DIM)
+    return step(rows, q).view(q.shape[0], HEADS, DIM)
 
 
 def test_a_prompt_chunked_and_batched_matches_it_alone(backend):
@@ -94,23 +110,27 @@ def test_long_contexts_keep_their_bits_beside_wider_tables(backend):
 
 @needs_kernels
 def test_the_cpu_kernel_computes_attention():
-    # A decode, a verification and a chunk over scattered blocks, against softmax(q k^T) v
-    # in float64 over each token's visible keys.
+    # Three prompts over scattered blocks, attended as they are written, against
+    # softmax(q k^T) v in float64 over each token's visible keys.
     torch.manual_seed(3)
-    cache = torch.randn(2, 64, BLOCK, KV_HEADS, DIM)
     backend = select_attention_backend("cpu", CPU, torch.float32, DIM)
     tables = [[7, 3, 9], [12], [40, 41, 2, 5]]
-    shapes = [(1, 37), (4, 16), (20, 55)]  # (query_len, context_len)
-    rows = [_row(*shape, table) for shape, table in zip(shapes, tables, strict=True)]
-    qs = [torch.randn(len(r.token_ids), HEADS, DIM) for r in rows]
-    out = _attend(backend, cache, rows, qs)
-    expected = []
-    for (query_len, context), table, q in zip(shapes, tables, qs, strict=True):
-        keys, values = (c[table].reshape(-1, KV_HEADS, DIM).double() for c in cache)
-        for j in range(query_len):
-            seen = context - query_len + j + 1
-            k = keys[:seen].repeat_interleave(HEADS // KV_HEADS, dim=1)  # [seen, heads, dim]
-            v = values[:seen].repeat_interleave(HEADS // KV_HEADS, dim=1)
-            scores = torch.einsum("hd,shd->hs", q[j].double(), k) / math.sqrt(DIM)
-            expected.append(torch.einsum("hs,shd->hd", scores.softmax(-1), v))
-    assert torch.allclose(out.double(), torch.stack(expected), atol=1e-5)
+    lens = [37, 5, 55]
+    rows = [_row(n, n, table) for n, table in zip(lens, tables, strict=True)]
+    meta = (
+        InputBatch(backend, BLOCK, CPU, max_num_tokens=128, max_num_seqs=8, max_model_len=1024)
+        .build(rows)
+        .attn_meta
+    )
+    q, k, v = (torch.randn(sum(lens), h, DIM) for h in (HEADS, KV_HEADS, KV_HEADS))
+    out = backend.forward(q, k, v, torch.zeros(2, 64, BLOCK, KV_HEADS, DIM), meta)
+    expected, start = [], 0
+    for n in lens:
+        for j in range(n):
+            seen = slice(start, start + j + 1)
+            keys = k[seen].double().repeat_interleave(HEADS // KV_HEADS, dim=1)
+            values = v[seen].double().repeat_interleave(HEADS // KV_HEADS, dim=1)
+            scores = torch.einsum("hd,shd->hs", q[start + j].double(), keys) / math.sqrt(DIM)
+            expected.append(torch.einsum("hs,shd->hd", scores.softmax(-1), values))
+        start += n
+    assert torch.allclose(out.view(-1, HEADS, DIM).double(), torch.stack(expected), atol=1e-5)

@@ -43,9 +43,11 @@ def test_misses_go_upstream_and_come_back_as_hits(front: Server):
         settle(front.url)
         return raw.parse().choices[0].message.content or "", raw.headers["x-cache-status"]
 
-    answer, status = ask("What is the capital of Italy?")
-    assert status == "Miss" and "Rome" in answer
-    assert ask("Which city is the capital of Italy?") == (answer, "Hit")
+    # (A question the 135M model answers right in every weight mode: asked about Italy it
+    # names "Il Coriobella" as often as Rome, in float32 too.)
+    answer, status = ask("What is the capital of Spain?")
+    assert status == "Miss" and "Madrid" in answer
+    assert ask("Which city is the capital of Spain?") == (answer, "Hit")
 
 
 def test_metrics_report_the_upstream_and_its_load(front: Server, engine: Server):
