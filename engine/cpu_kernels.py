@@ -4,7 +4,8 @@ cache under a name that hashes the sources and the compiler flags, as torch's ow
 C++ extensions are. `scripts/bootstrap` (and the Docker image) build it ahead with
 `python -m engine.cpu_kernels`, so no server start pays for the compiler (about
 a second). The kernels need AVX-512 VNNI (Intel since Cascade Lake, AMD since
-Zen 4); elsewhere the engine falls back to aten's kernels and says so in its log.
+Zen 4); elsewhere, or with SEMGATE_CPU_KERNELS=off, the engine falls back to aten's
+kernels and says so in its log.
 
 The library links OpenMP by its soname, libgomp.so.1, which torch has loaded by
 then: the kernels run on torch's own thread pool and its torch.set_num_threads,
@@ -115,6 +116,8 @@ def built_library() -> Path:
 def cpu_kernels() -> ctypes.CDLL:
     """The loaded kernels. Raises CpuKernelsUnavailable, with the reason, where they
     cannot run."""
+    if os.environ.get("SEMGATE_CPU_KERNELS", "").lower() in ("0", "off", "false", "no"):
+        raise CpuKernelsUnavailable("turned off by SEMGATE_CPU_KERNELS")
     missing = [flag for flag in CPU_FLAGS if flag not in _cpu_flags()]
     if missing:
         raise CpuKernelsUnavailable(f"this CPU lacks {', '.join(missing)}")

@@ -17,13 +17,16 @@ from cli.main import build_parser
 from gateway.settings import EngineSettings, Settings
 
 
-def _semgate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def _semgate(
+    *args: str, stdin: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=300,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -36,6 +39,19 @@ def test_chat_answers_one_prompt(quantization):
         "0",
         "--quantization",
         quantization,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Paris" in result.stdout
+
+
+def test_chat_runs_on_atens_kernels_when_ours_are_turned_off():
+    # The path of a CPU without AVX-512 VNNI or a machine without a C compiler.
+    result = _semgate(
+        "chat",
+        "What is the capital of France? Answer in one sentence.",
+        "--temperature",
+        "0",
+        env={"SEMGATE_CPU_KERNELS": "off"},
     )
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout
