@@ -41,7 +41,7 @@ RUN pip install --no-deps . && rm -rf /src/build
 # VNNI, and aten's kernels elsewhere.
 ENV SEMGATE_CACHE_DIR=/var/cache/semgate
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && python -m engine.cpu_kernels \
+    && python -c "from engine.cpu_kernels import built_library; built_library()" \
     && apt-get purge -y --auto-remove gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 1000 semgate && chown -R semgate /var/cache/semgate

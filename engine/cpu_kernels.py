@@ -1,9 +1,9 @@
 """semgate's own CPU kernels (engine/kernels/*.c: block-quantized matmuls, RMSNorm,
-paged attention), one library compiled on first use and kept in semgate's disk
-cache under a name that hashes the sources and the compiler flags, as torch's own
-C++ extensions are. `scripts/bootstrap` (and the Docker image) build it ahead with
-`python -m engine.cpu_kernels`, so no server start pays for the compiler (about
-a second). The kernels need AVX-512 VNNI (Intel since Cascade Lake, AMD since
+RoPE, paged attention), one library compiled on first use and kept in semgate's
+disk cache under a name that hashes the sources and the compiler flags, as torch's
+own C++ extensions are. `scripts/bootstrap` and the Docker image build it ahead
+(`built_library()`), so no server start pays for the compiler (about a second).
+The kernels need AVX-512 VNNI (Intel since Cascade Lake, AMD since
 Zen 4); elsewhere, or with SEMGATE_CPU_KERNELS=off, the engine falls back to aten's
 kernels and says so in its log.
 
@@ -141,7 +141,3 @@ def cpu_kernel(name: str, tensor: torch.Tensor) -> Callable[..., Any] | None:
         return None
     kernels = cpu_kernels_or_none()
     return None if kernels is None else getattr(kernels, name)
-
-
-if __name__ == "__main__":
-    print(built_library())
