@@ -18,8 +18,7 @@ def select_attention_backend(
     AVX-512 VNNI, a head_dim it takes), else TorchAttention (SDPA)."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r} (available: {', '.join(BACKENDS)})")
-    probe = torch.empty(0, dtype=dtype, device=device)
-    kernel = cpu_kernel("paged_attention", probe)
+    kernel = cpu_kernel("paged_attention", device, dtype)
     fits = head_dim % 16 == 0 and head_dim <= MAX_HEAD_DIM
     if name == "cpu" and (kernel is None or not fits):
         raise ValueError(

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from engine.cpu_kernels import cpu_kernels
+from engine.quantized_linear import BLOCK, quantize_blocks
 
-BLOCK = 32  # inputs sharing a scale: GGUF's Q4 and Q8 block
 LANES = 16  # outputs packed abreast: the 16 int32 lanes of an AVX-512 register
 
 
@@ -33,21 +33,6 @@ def _lanes_abreast(per_channel: torch.Tensor) -> torch.Tensor:
     """[out, blocks] -> [tiles, blocks, LANES]: a tile's 16 channels side by side."""
     out, blocks = per_channel.shape
     return per_channel.view(out // LANES, LANES, blocks).transpose(1, 2)
-
-
-def quantize_blocks(
-    weight: torch.Tensor, levels: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(q in 0..levels as uint8 [out, in], scale, minimum [out, blocks], both fp16): each
-    block's minimum at q = 0 and its maximum at q = levels, as llama.cpp's Q4_1. A
-    4-bit grid (max - min = 15 steps) is exact in 4 bits, and in 8 (255 = 17 x 15)."""
-    out, in_features = weight.shape
-    blocks = weight.float().view(out, in_features // BLOCK, BLOCK)
-    low = blocks.amin(dim=-1).half()
-    scale = ((blocks.amax(dim=-1) - low.float()) / levels).half()
-    safe = torch.where(scale > 0, scale.float(), 1.0)
-    q = torch.round((blocks - low.float()[..., None]) / safe[..., None]).clamp(0, levels)
-    return q.to(torch.uint8).view(out, in_features), scale, low
 
 
 def _scales(scale: torch.Tensor, low: torch.Tensor) -> torch.Tensor:

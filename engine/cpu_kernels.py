@@ -134,10 +134,10 @@ def cpu_kernels_or_none() -> ctypes.CDLL | None:
         return None
 
 
-def cpu_kernel(name: str, tensor: torch.Tensor) -> Callable[..., Any] | None:
-    """The named kernel for a float32 CPU tensor's work, or None where it cannot run
+def cpu_kernel(name: str, device: torch.device, dtype: torch.dtype) -> Callable[..., Any] | None:
+    """The named kernel for work on float32 CPU tensors, or None where it cannot run
     (another device or dtype, or no kernels here): the caller uses aten's."""
-    if tensor.device.type != "cpu" or tensor.dtype != torch.float32:
+    if device.type != "cpu" or dtype != torch.float32:
         return None
     kernels = cpu_kernels_or_none()
     return None if kernels is None else getattr(kernels, name)

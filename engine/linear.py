@@ -47,8 +47,7 @@ class Linear(nn.Module):
 
 # Each quantization's layer: the block kernels (int8 activations, AVX-512 VNNI) where
 # this CPU has them, else aten's weight-only kernels over bfloat16 activations.
-LAYERS: dict[str | None, tuple[type[nn.Module], type[nn.Module]]] = {
-    None: (Linear, Linear),
+QUANTIZED: dict[str, tuple[type[nn.Module], type[nn.Module]]] = {
     "int8": (BlockInt8Linear, Int8Linear),
     "int4": (BlockInt4Linear, Int4Linear),
 }
@@ -58,7 +57,10 @@ def build_linear(
     weight: torch.Tensor, bias: torch.Tensor | None = None, quantization: str | None = None
 ) -> nn.Module:
     """A linear layer over weight ([out, in]) in the given quantization (None: as is)."""
-    if quantization not in LAYERS:
-        raise ValueError(f"quantization must be one of {list(LAYERS)}, not {quantization!r}")
-    block_kernels, fallback = LAYERS[quantization]
+    if quantization is None:
+        return Linear(weight, bias)
+    if quantization not in QUANTIZED:
+        choices = [None, *QUANTIZED]
+        raise ValueError(f"quantization must be one of {choices}, not {quantization!r}")
+    block_kernels, fallback = QUANTIZED[quantization]
     return (block_kernels if cpu_kernels_or_none() else fallback)(weight, bias)

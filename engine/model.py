@@ -46,8 +46,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.eps = eps
         # On a float32 CPU model, semgate's kernel: aten's F.rms_norm is composite on
-        # CPU (about eight ops, 61 norms a token) and cost 2-3 ms of a 19 ms step.
-        self.kernel = cpu_kernel("rms_norm", weight)
+        # CPU (about eight ops, and a token takes 61 norms).
+        self.kernel = cpu_kernel("rms_norm", weight.device, weight.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel is None:
@@ -80,7 +80,9 @@ class RotaryEmbedding(nn.Module):
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
         """cos and signed sin for a step's positions: looked up once per step."""
         cos = self.cos[positions].to(dtype)
-        return RopeTables(cos, self.signed_sin[positions].to(dtype), cpu_kernel("rope", cos))
+        return RopeTables(
+            cos, self.signed_sin[positions].to(dtype), cpu_kernel("rope", cos.device, cos.dtype)
+        )
 
 
 @dataclass(frozen=True)

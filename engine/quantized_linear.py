@@ -23,8 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-INT4_GROUP_SIZE = 32  # GGUF's Q4 block: min/max requantization recovers a Q4_1 grid exactly
-_INT4_LEVELS = 15
+BLOCK = 32  # inputs sharing a scale: GGUF's Q4 and Q8 block, so a Q4_1 grid maps exactly
 
 
 class _WeightOnlyLinear(nn.Module):
@@ -61,20 +60,19 @@ class Int8Linear(_WeightOnlyLinear):
         return torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scales)
 
 
-def quantize_int4(
-    weight: torch.Tensor, group_size: int = INT4_GROUP_SIZE
+def quantize_blocks(
+    weight: torch.Tensor, levels: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Asymmetric 4-bit groups: (q in 0..15 as int32 [out, in], scale, minimum [out, groups]).
-
-    Each group's minimum maps to 0 and its maximum to 15, as llama.cpp's Q4_1 does,
-    so weights dequantized from a Q4_1 file come back to the very same integers.
-    """
-    out_features, in_features = weight.shape
-    groups = weight.float().reshape(out_features, in_features // group_size, group_size)
-    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
-    scale = ((high - low) / _INT4_LEVELS).clamp(min=1e-12)
-    q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, _INT4_LEVELS)
-    return q.to(torch.int32).reshape(out_features, in_features), scale, low
+    """(q in 0..levels as uint8 [out, in], scale, minimum [out, blocks], both fp16): each
+    block's minimum at q = 0 and its maximum at q = levels, as llama.cpp's Q4_1. A
+    4-bit grid (max - min = 15 steps) is exact in 4 bits, and in 8 (255 = 17 x 15)."""
+    out, in_features = weight.shape
+    blocks = weight.float().view(out, in_features // BLOCK, BLOCK)
+    low = blocks.amin(dim=-1).half()
+    scale = ((blocks.amax(dim=-1) - low.float()) / levels).half()
+    safe = torch.where(scale > 0, scale.float(), 1.0)
+    q = torch.round((blocks - low.float()[..., None]) / safe[..., None]).clamp(0, levels)
+    return q.to(torch.uint8).view(out, in_features), scale, low
 
 
 class Int4Linear(_WeightOnlyLinear):
@@ -82,10 +80,11 @@ class Int4Linear(_WeightOnlyLinear):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__(weight, bias)
-        if self.in_features % INT4_GROUP_SIZE:
-            raise ValueError(f"int4 needs in_features divisible by {INT4_GROUP_SIZE}")
-        q, scale, low = quantize_int4(weight)
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        if self.in_features % BLOCK:
+            raise ValueError(f"int4 needs in_features divisible by {BLOCK}")
+        q, half_scale, half_low = quantize_blocks(weight, 15)
+        scale, low = half_scale.float(), half_low.float()
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
         # The kernel computes (q - 8) * scale + zero: zero is the group's value at q = 8.
         zero = low + 8 * scale
         self.scales_and_zeros = (
@@ -94,5 +93,5 @@ class Int4Linear(_WeightOnlyLinear):
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten._weight_int4pack_mm_for_cpu(
-            x, self.packed, INT4_GROUP_SIZE, self.scales_and_zeros
+            x, self.packed, BLOCK, self.scales_and_zeros
         )

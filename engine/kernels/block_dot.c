@@ -56,32 +56,45 @@ static inline __m512i quad(const int8_t *xb, int j) {
     return _mm512_set1_epi32(v);
 }
 
-/* int4: per block, 4 x 64 bytes of nibbles (lane l's bytes 4l..4l+3 of chunk c hold
- * inputs 8c..8c+3 low and 8c+4..8c+7 high), then 16 scales and 16 minimums (fp16).
- * A weight is scale * q + minimum, q in 0..15: unsigned, as vpdpbusd wants. */
-static inline __attribute__((always_inline)) void int4_tile(
-    const uint8_t *w, const uint16_t *s, int64_t blocks, const int8_t *xq, const float *xd,
-    const int32_t *xs, int64_t k, int rows, float *y, int64_t ldy) {
+/* A block's weights as 8 vectors of 16 lanes x 4 inputs, wq[c] holding inputs 4c..4c+3
+ * of each lane's output channel: what vpdpbusd multiplies with the activation bytes.
+ *
+ * int4 (bits 4): 4 x 64 bytes of nibbles; lane l's bytes 4l..4l+3 of chunk c hold
+ * inputs 8c..8c+3 in their low nibbles and 8c+4..8c+7 in their high ones.
+ * int8 (bits 8): 8 x 64 bytes; chunk c holds inputs 4c..4c+3.
+ * Either way q is unsigned (0..15, 0..255), as vpdpbusd's first operand must be; a
+ * weight is scale * q + minimum, the block's minimum at q = 0 and its maximum at the
+ * top, so a 4-bit block (max - min = 15 steps) lands on q = 17 k exactly in 8 bits. */
+static inline __attribute__((always_inline)) void unpack(const uint8_t *wb, int bits,
+                                                         __m512i wq[8]) {
+    if (bits == 8) {
+        for (int c = 0; c < 8; c++) wq[c] = _mm512_loadu_si512(wb + 64 * c);
+        return;
+    }
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    for (int c = 0; c < 4; c++) {
+        const __m512i packed = _mm512_loadu_si512(wb + 64 * c);
+        wq[2 * c] = _mm512_and_si512(packed, nibble);
+        wq[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+    }
+}
+
+/* One tile (16 output channels) for `rows` rows: per block, its packed weights (16 lanes
+ * x 32 inputs x bits / 8 bytes), then 16 scales and 16 minimums (fp16). */
+static inline __attribute__((always_inline)) void tile(
+    int bits, const uint8_t *w, const uint16_t *s, int64_t blocks, const int8_t *xq,
+    const float *xd, const int32_t *xs, int64_t k, int rows, float *y, int64_t ldy) {
     __m512 acc[MAX_ROWS];
     for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
-    const __m512i nibble = _mm512_set1_epi8(0x0F);
     for (int64_t g = 0; g < blocks; g++) {
-        const uint8_t *wb = w + g * 256;
-        __m512i lo[4], hi[4];
-        for (int c = 0; c < 4; c++) {
-            const __m512i packed = _mm512_loadu_si512(wb + 64 * c);
-            lo[c] = _mm512_and_si512(packed, nibble);
-            hi[c] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
-        }
+        __m512i wq[8];
+        unpack(w + g * LANES * BLOCK * bits / 8, bits, wq);
         const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + g * 32)));
         const __m512 low = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + g * 32 + 16)));
         for (int r = 0; r < rows; r++) {
             const int8_t *xb = xq + r * k + g * BLOCK;
             __m512i sum = _mm512_setzero_si512();
-            for (int c = 0; c < 4; c++) {
-                sum = _mm512_dpbusd_epi32(sum, lo[c], quad(xb, 2 * c));
-                sum = _mm512_dpbusd_epi32(sum, hi[c], quad(xb, 2 * c + 1));
-            }
+            for (int c = 0; c < 8; c++) sum = _mm512_dpbusd_epi32(sum, wq[c], quad(xb, c));
             const int64_t i = r * (k / BLOCK) + g;
             const __m512 dx = _mm512_mul_ps(scale, _mm512_set1_ps(xd[i]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), dx, acc[r]);
@@ -92,60 +105,31 @@ static inline __attribute__((always_inline)) void int4_tile(
     for (int r = 0; r < rows; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
 }
 
-/* int8: per block, 8 x 64 bytes (chunk c, lane l's bytes: inputs 4c..4c+3), then 16
- * scales and 16 minimums (fp16): q in 0..255 with the block's minimum at 0 and its
- * maximum at 255, so a 4-bit block (max - min = 15 steps) lands on q = 17 k exactly. */
-static inline __attribute__((always_inline)) void int8_tile(
-    const uint8_t *w, const uint16_t *s, int64_t blocks, const int8_t *xq, const float *xd,
-    const int32_t *xs, int64_t k, int rows, float *y, int64_t ldy) {
-    __m512 acc[MAX_ROWS];
-    for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < blocks; g++) {
-        const uint8_t *wb = w + g * 512;
-        __m512i wq[8];
-        for (int c = 0; c < 8; c++) wq[c] = _mm512_loadu_si512(wb + 64 * c);
-        const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + g * 32)));
-        const __m512 low = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + g * 32 + 16)));
-        for (int r = 0; r < rows; r++) {
-            const int8_t *xb = xq + r * k + g * BLOCK;
-            __m512i sum = _mm512_setzero_si512();
-            for (int c = 0; c < 8; c++) sum = _mm512_dpbusd_epi32(sum, wq[c], quad(xb, c));
-            const int64_t i = r * (k / BLOCK) + g;
-            const __m512 dx = _mm512_mul_ps(scale, _mm512_set1_ps(xd[i]));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), dx, acc[r]);
-            acc[r] = _mm512_fmadd_ps(low, _mm512_set1_ps(xd[i] * (float)xs[i]), acc[r]);
-        }
-    }
-    for (int r = 0; r < rows; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
-}
-
 typedef void (*tile_fn)(const uint8_t *, const uint16_t *, int64_t, const int8_t *,
-                        const float *, const int32_t *, int64_t, int, float *, int64_t);
+                        const float *, const int32_t *, int64_t, float *, int64_t);
 
-/* One instance per row count, so each keeps its accumulators in registers. */
-#define TILE_FOR_ROWS(kind, R)                                                              \
-    static void kind##_tile_##R(const uint8_t *w, const uint16_t *s, int64_t blocks,      \
-                                const int8_t *xq, const float *xd, const int32_t *xs,     \
-                                int64_t k, int rows, float *y, int64_t ldy) {             \
-        (void)rows;                                                                         \
-        kind##_tile(w, s, blocks, xq, xd, xs, k, R, y, ldy);                              \
+/* One instance per width and row count, so each keeps its accumulators in registers. */
+#define TILE(BITS, R)                                                                       \
+    static void tile_##BITS##_##R(const uint8_t *w, const uint16_t *s, int64_t blocks,    \
+                                  const int8_t *xq, const float *xd, const int32_t *xs,   \
+                                  int64_t k, float *y, int64_t ldy) {                     \
+        tile(BITS, w, s, blocks, xq, xd, xs, k, R, y, ldy);                               \
     }
-TILE_FOR_ROWS(int4, 1)
-TILE_FOR_ROWS(int4, 2)
-TILE_FOR_ROWS(int4, 3)
-TILE_FOR_ROWS(int4, 4)
-TILE_FOR_ROWS(int8, 1)
-TILE_FOR_ROWS(int8, 2)
-TILE_FOR_ROWS(int8, 3)
-TILE_FOR_ROWS(int8, 4)
+TILE(4, 1)
+TILE(4, 2)
+TILE(4, 3)
+TILE(4, 4)
+TILE(8, 1)
+TILE(8, 2)
+TILE(8, 3)
+TILE(8, 4)
 
-static const tile_fn INT4_TILES[MAX_ROWS + 1] = {0, int4_tile_1, int4_tile_2, int4_tile_3, int4_tile_4};
-static const tile_fn INT8_TILES[MAX_ROWS + 1] = {0, int8_tile_1, int8_tile_2, int8_tile_3, int8_tile_4};
+static const tile_fn INT4_TILES[MAX_ROWS + 1] = {0, tile_4_1, tile_4_2, tile_4_3, tile_4_4};
+static const tile_fn INT8_TILES[MAX_ROWS + 1] = {0, tile_8_1, tile_8_2, tile_8_3, tile_8_4};
 
 /* y [rows, n] = x [rows, k] @ W.T (gated: see quantize_rows); k a multiple of 32, n of
  * 16. Returns 0, or -1 when scratch memory could not be had. */
-static int block_matmul(const tile_fn *tiles, int64_t tile_bytes, int64_t tile_scales,
-                        const float *x, int64_t rows, int64_t k, int64_t n, const uint8_t *w,
+static int block_matmul(const tile_fn *tiles, int bits, const float *x, int64_t rows, int64_t k, int64_t n, const uint8_t *w,
                         const uint16_t *s, float *y, int gated) {
     const int64_t blocks = k / BLOCK, tiles_n = n / LANES;
     int8_t *xq = malloc(rows * k + 64);
@@ -162,11 +146,11 @@ static int block_matmul(const tile_fn *tiles, int64_t tile_bytes, int64_t tile_s
         quantize_rows(x, rows, k, gated, xq, xd, xs);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tiles_n; t++) {
-            const uint8_t *wt = w + t * blocks * tile_bytes;
-            const uint16_t *st = s + t * blocks * tile_scales;
+            const uint8_t *wt = w + t * blocks * LANES * BLOCK * bits / 8;
+            const uint16_t *st = s + t * blocks * 2 * LANES;
             for (int64_t r0 = 0; r0 < rows; r0 += MAX_ROWS) {
                 const int r = rows - r0 < MAX_ROWS ? (int)(rows - r0) : MAX_ROWS;
-                tiles[r](wt, st, blocks, xq + r0 * k, xd + r0 * blocks, xs + r0 * blocks, k, r,
+                tiles[r](wt, st, blocks, xq + r0 * k, xd + r0 * blocks, xs + r0 * blocks, k,
                          y + r0 * n + t * LANES, n);
             }
         }
@@ -179,10 +163,10 @@ static int block_matmul(const tile_fn *tiles, int64_t tile_bytes, int64_t tile_s
 
 int int4_matmul(const float *x, int64_t rows, int64_t k, int64_t n, const uint8_t *w,
                 const uint16_t *s, float *y, int gated) {
-    return block_matmul(INT4_TILES, 256, 32, x, rows, k, n, w, s, y, gated);
+    return block_matmul(INT4_TILES, 4, x, rows, k, n, w, s, y, gated);
 }
 
 int int8_matmul(const float *x, int64_t rows, int64_t k, int64_t n, const uint8_t *w,
                 const uint16_t *s, float *y, int gated) {
-    return block_matmul(INT8_TILES, 512, 32, x, rows, k, n, w, s, y, gated);
+    return block_matmul(INT8_TILES, 8, x, rows, k, n, w, s, y, gated);
 }

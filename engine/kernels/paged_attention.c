@@ -93,15 +93,14 @@ static inline __attribute__((always_inline)) void attend(
 
 typedef void (*attend_fn)(const float *const *, const float *, const float *, int64_t,
                           int64_t, const int64_t *, int64_t, const int64_t *, int64_t, float,
-                          float *const *, float *const *, int);
+                          float *const *, float *const *);
 
 /* One instance per group size, so each keeps its vectors in registers. */
 #define ATTEND_ROWS(R)                                                                       \
     static void attend_##R(const float *const *q, const float *k_cache, const float *v_cache, \
                            int64_t k_block_stride, int64_t slot_stride, const int64_t *table, \
                            int64_t block_size, const int64_t *n, int64_t dim, float scale,    \
-                           float *const *s, float *const *out, int rows) {                    \
-        (void)rows;                                                                           \
+                           float *const *s, float *const *out) {                              \
         attend(q, k_cache, v_cache, k_block_stride, slot_stride, table, block_size, n, dim,   \
                scale, s, out, R);                                                             \
     }
@@ -112,8 +111,8 @@ ATTEND_ROWS(4)
 static const attend_fn ATTEND[GROUP + 1] = {0, attend_1, attend_2, attend_3, attend_4};
 
 /* q [tokens, heads, dim] and k, v [tokens, kv_heads, dim] with token strides q_stride and
- * kv_stride (heads contiguous); the caches [slots, kv_heads, dim]; out [tokens, heads,
- * dim] contiguous. dim a multiple of 16, at most MAX_DIM. Returns 0, or -1 when
+ * kv_stride (heads contiguous); the key cache [blocks, kv_heads, dim, block_size], the
+ * value cache [slots, kv_heads, dim]; out [tokens, heads, dim] contiguous. dim a multiple of 16, at most MAX_DIM. Returns 0, or -1 when
  * scratch memory could not be had. */
 int paged_attention(const float *q, int64_t q_stride, const float *k, const float *v,
                     int64_t kv_stride, float *k_cache, float *v_cache, const int64_t *slots,
@@ -158,9 +157,9 @@ int paged_attention(const float *q, int64_t q_stride, const float *k, const floa
                 outs[r] = out + ((t0 + r) * heads + h) * dim;
             }
             const int64_t kv_head = h / per_kv;
-            ATTEND[rows](qs, k_cache + kv_head * dim * block_size, v_cache + kv_head * dim, k_block_stride,
-                         slot_stride, block_tables + token_row[t0] * table_stride, block_size,
-                         token_keys + t0, dim, scale, scores, outs, rows);
+            ATTEND[rows](qs, k_cache + kv_head * dim * block_size, v_cache + kv_head * dim,
+                         k_block_stride, slot_stride, block_tables + token_row[t0] * table_stride,
+                         block_size, token_keys + t0, dim, scale, scores, outs);
         }
         free(scratch);
     }

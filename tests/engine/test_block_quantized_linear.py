@@ -8,16 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.block_quantized_linear import (
-    BLOCK,
-    BlockInt4Linear,
-    BlockInt8Linear,
-    quantize_blocks,
-)
+from engine.block_quantized_linear import BlockInt4Linear, BlockInt8Linear
 from engine.config import resolve_model_path
 from engine.cpu_kernels import cpu_kernels_or_none
 from engine.linear import build_linear
 from engine.loader import load_gguf
+from engine.quantized_linear import BLOCK, quantize_blocks
 
 pytestmark = pytest.mark.skipif(
     cpu_kernels_or_none() is None, reason="the block kernels need AVX-512 VNNI and a C compiler"

@@ -10,7 +10,7 @@ from engine import EngineConfig
 from engine.config import resolve_model_path
 from engine.linear import build_linear
 from engine.loader import load_gguf
-from engine.quantized_linear import INT4_GROUP_SIZE, Int4Linear, Int8Linear, quantize_int4
+from engine.quantized_linear import BLOCK, Int4Linear, Int8Linear, quantize_blocks
 from tests.engine.conftest import first_step_logits
 from tests.engine.prompts import PROMPTS
 
@@ -29,9 +29,9 @@ def test_int4_recovers_the_q4_1_grid_of_the_file(weights):
     # The bundled GGUF is Q4_1: each block of 32 is scale * q + minimum with the
     # block's minimum at q = 0 and maximum at q = 15, so requantizing loses nothing.
     for w in weights.values():
-        q, scale, low = quantize_int4(w)
-        groups = q.reshape(w.shape[0], -1, INT4_GROUP_SIZE).float()
-        back = (groups * scale[..., None] + low[..., None]).reshape(w.shape)
+        q, scale, low = quantize_blocks(w, 15)
+        groups = q.reshape(w.shape[0], -1, BLOCK).float()
+        back = (groups * scale.float()[..., None] + low.float()[..., None]).reshape(w.shape)
         assert torch.equal(back, w)
         assert q.min() >= 0 and q.max() <= 15
 
