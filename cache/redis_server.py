@@ -8,11 +8,9 @@ nothing else in this process or on the system sees that old libssl.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import fcntl
 import os
-import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -74,10 +72,16 @@ def port_taken(port: int) -> bool:
     return False
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it if the parent dies (Linux PR_SET_PDEATHSIG)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+def dies_with_parent(command: list[str]) -> list[str]:
+    """`command` run under util-linux's setpriv, which sets PR_SET_PDEATHSIG (SIGTERM when
+    the thread that started it dies) and then execs it; as is where there is no setpriv.
+
+    Not a preexec_fn: that makes subprocess fork() instead of vfork(), and fork() charges
+    every private mapping of this process again. A test process holding many engines, each
+    with a KV cache reserved but mostly untouched, failed to fork with ENOMEM; and code
+    between fork and exec is unsafe once torch runs threads."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", *command] if setpriv else command
 
 
 class EmbeddedRedis:
@@ -178,11 +182,10 @@ class EmbeddedRedis:
         assert self.port is not None
         env = {**os.environ, "LD_LIBRARY_PATH": str(LIBSSL_DIR)}
         self._proc = subprocess.Popen(
-            self._command(self.port),
+            dies_with_parent(self._command(self.port)),
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent,
         )
         self._wait_ready(timeout)
 

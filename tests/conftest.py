@@ -19,6 +19,12 @@ from engine.loaded_model import LoadedModel, ModelKey, load_model, model_key
 # tests/loadtest).
 pytest_plugins = ["tests.cache.fixtures", "tests.gateway.fixtures"]
 
+# The KV cache of each engine make_llm builds (unless a test sizes its own): ~700 blocks,
+# 11k tokens, more than any test's batch. The default (10% of available RAM, ~1.9 GiB
+# here) times the ~25 engines a session keeps reserved ~47 GiB of address space, and one
+# merged mapping over the machine's RAM made fork() fail with ENOMEM.
+TEST_KV_CACHE_BYTES = 512 << 20
+
 
 @pytest.fixture(scope="session")
 def make_llm() -> Callable[..., LLM]:
@@ -31,7 +37,7 @@ def make_llm() -> Callable[..., LLM]:
     def make(**overrides: object) -> LLM:
         key = tuple(sorted(overrides.items()))
         if key not in built:
-            config = EngineConfig(**overrides)
+            config = EngineConfig(**{"kv_cache_memory": TEST_KV_CACHE_BYTES, **overrides})
             weights = model_key(config)
             if weights not in models:
                 models[weights] = load_model(config)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -141,6 +144,36 @@ def test_one_server_per_data_dir(redis_server: EmbeddedRedis):
     with pytest.raises(redis_server_module.RedisUnavailableError, match="REDIS_URL"):
         EmbeddedRedis(redis_server.data_dir).start()
     assert redis_server.running
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie nobody has reaped yet has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_embedded_redis_dies_with_the_process_that_started_it(tmp_path: Path):
+    """Killed without a chance to stop it (SIGKILL), the owner leaves no Redis behind."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from cache import EmbeddedRedis; "
+         "server = EmbeddedRedis(sys.argv[1]); server.start(); print(server.pid, flush=True); "
+         "time.sleep(60)", str(tmp_path / "data")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert owner.stdout is not None
+        pid = int(owner.stdout.readline())
+        assert _alive(pid)
+    finally:
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
 
 
 def test_redis_url_without_search_module_is_refused(tmp_path: Path):
