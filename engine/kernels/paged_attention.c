@@ -1,18 +1,25 @@
 /* Attention over the paged KV cache for a flat batch of query tokens (decodes,
- * verifications and prefill chunks alike), one (token, head) at a time.
+ * verifications and prefill chunks alike).
  *
  * Token t belongs to the sequence in row token_row[t] of the block tables and sees
  * that sequence's first token_keys[t] keys (its own position included). Nothing
- * else about the batch enters a token's arithmetic: its scores, softmax and
- * weighted sum run over its own keys in ascending order with the same
- * instructions, so batching, chunking and speculation cannot change its bits.
- * Threads split (group of tokens, head) pairs, never a sum.
+ * else about the batch enters a token's arithmetic: for each of its heads, its
+ * scores, softmax and weighted sum run over its own keys in ascending order with
+ * the same instructions, so batching, chunking and speculation cannot change its
+ * bits. Threads split groups of rows, never a sum.
+ *
+ * A group is up to MAX_ROWS (token, head) rows attended together: up to MAX_TOKENS
+ * consecutive tokens of one sequence, times the query heads that share one KV head
+ * (grouped-query attention). Each key and value is read from memory once for the
+ * whole group and multiplied from registers; alone, every row re-read them, and a
+ * prefill chunk over long contexts was bound by reading the cache, not by the
+ * multiply-adds.
  *
  * Keys are stored transposed within each block, [block][kv_head][dim][block_size]
  * (values as written, [block][slot][kv_head][dim]): 16 consecutive slots of one
- * dimension are one vector, so a query's scores against 16 keys are 64 multiply-adds
- * of a broadcast query element, with no horizontal sum. Only this backend reads and
- * writes the cache it is given, so the layout is its own business.
+ * dimension are one vector, so a query's scores against 16 keys are `dim`
+ * multiply-adds of a broadcast query element, with no horizontal sum. Only this
+ * backend reads and writes the cache it is given, so the layout is its own business.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -22,98 +29,163 @@
 
 #include "vector_math.h"
 
-#define MAX_DIM 256 /* head_dim up to 16 registers of 16 floats (a row's weighted values) */
+#define MAX_DIM 256   /* head_dim, in vectors of 16: a row's queries and weighted values */
+#define MAX_ROWS 16   /* rows of a group: one accumulator register each while scoring */
+#define MAX_TOKENS 4  /* consecutive tokens of a group: they see nearly the same keys */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-#define GROUP 4 /* a chunk's consecutive queries attended together: each key is read once
-                  * for the 4 (they see the same blocks), while every query keeps its own
-                  * arithmetic, the same as alone */
+/* A group's rows: row r's scaled query, its keys n[r], its score scratch s[r] (n[r]
+ * and a vector's slack) and its output. */
+typedef struct {
+    float q[MAX_ROWS][MAX_DIM];
+    int64_t n[MAX_ROWS];
+    float *s[MAX_ROWS];
+    float *out[MAX_ROWS];
+} rows_t;
 
-/* One query head of `rows` consecutive tokens of one sequence, token r over its n[r]
- * keys; s[r] is scratch for n[r] scores (and a vector's slack). */
-static inline __attribute__((always_inline)) void attend(
-    const float *const *q, const float *k_cache, const float *v_cache, int64_t k_block_stride,
-    int64_t slot_stride, const int64_t *table, int64_t block_size, const int64_t *n,
-    int64_t dim, float scale, float *const *s, float *const *out, int rows) {
-    const int64_t vecs = dim / 16;
-    int64_t most = 0;
-    for (int r = 0; r < rows; r++) most = n[r] > most ? n[r] : most;
-    float qs[GROUP][MAX_DIM];
-    for (int r = 0; r < rows; r++)
-        for (int64_t d = 0; d < dim; d++) qs[r][d] = q[r][d] * scale;
-    /* Scores 16 keys at a time; lanes past a row's n[r] are masked below. */
+/* The cache of one KV head as a group reads it. */
+typedef struct {
+    const float *keys, *values;
+    int64_t k_block_stride, slot_stride, block_size, dim;
+    const int64_t *table;
+} kv_t;
+
+/* s[r][j] = q[r] . key j for every j below `most` (in whole vectors of 16 keys: lanes
+ * past a row's n[r] are masked by the softmax). R a constant: acc stays in registers. */
+ALWAYS_INLINE void score(rows_t *g, const kv_t *kv, int64_t most, const int R) {
     for (int64_t j = 0, b = 0; j < most; b++) {
-        const float *keys = k_cache + table[b] * k_block_stride;
-        for (int64_t i = 0; i < block_size && j < most; i += 16, j += 16) {
-            __m512 acc[GROUP];
-            for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
-            for (int64_t d = 0; d < dim; d++) {
-                const __m512 k = _mm512_loadu_ps(keys + d * block_size + i);
-                for (int r = 0; r < rows; r++)
-                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qs[r][d]), k, acc[r]);
+        const float *keys = kv->keys + kv->table[b] * kv->k_block_stride;
+        for (int64_t i = 0; i < kv->block_size && j < most; i += 16, j += 16) {
+            __m512 acc[MAX_ROWS];
+            for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+            for (int64_t d = 0; d < kv->dim; d++) {
+                const __m512 k = _mm512_loadu_ps(keys + d * kv->block_size + i);
+                for (int r = 0; r < R; r++)
+                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(g->q[r][d]), k, acc[r]);
             }
-            for (int r = 0; r < rows; r++) _mm512_storeu_ps(s[r] + j, acc[r]);
+            for (int r = 0; r < R; r++) _mm512_storeu_ps(g->s[r] + j, acc[r]);
         }
     }
-    float inv[GROUP];
-    for (int r = 0; r < rows; r++) {
-        __m512 top = _mm512_set1_ps(-INFINITY);
-        for (int64_t j = 0; j < n[r]; j += 16)
-            top = _mm512_max_ps(top, _mm512_mask_loadu_ps(top, tail(n[r] - j), s[r] + j));
-        const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(top));
-        __m512 total = _mm512_setzero_ps();
-        for (int64_t j = 0; j < n[r]; j += 16) {
-            const __mmask16 m = tail(n[r] - j);
-            const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, s[r] + j), max);
-            const __m512 e = _mm512_maskz_mov_ps(m, exp_nonpositive(x));
-            _mm512_mask_storeu_ps(s[r] + j, m, e);
-            total = _mm512_add_ps(total, e);
-        }
-        inv[r] = 1.0f / _mm512_reduce_add_ps(total);
-    }
-    __m512 acc[GROUP][MAX_DIM / 16];
-    for (int r = 0; r < rows; r++)
-        for (int64_t d = 0; d < vecs; d++) acc[r][d] = _mm512_setzero_ps();
-    for (int64_t j = 0, b = 0; j < most; b++) {
-        const int64_t first = table[b] * block_size;
-        const int64_t count = most - j < block_size ? most - j : block_size;
-        for (int64_t i = 0; i < count; i++, j++) {
-            const float *value = v_cache + (first + i) * slot_stride;
-            for (int r = 0; r < rows; r++) {
-                if (j >= n[r]) continue;
-                const __m512 p = _mm512_set1_ps(s[r][j]);
-                for (int64_t d = 0; d < vecs; d++)
-                    acc[r][d] = _mm512_fmadd_ps(p, _mm512_loadu_ps(value + 16 * d), acc[r][d]);
-            }
-        }
-    }
-    for (int r = 0; r < rows; r++)
-        for (int64_t d = 0; d < vecs; d++)
-            _mm512_storeu_ps(out[r] + 16 * d, _mm512_mul_ps(acc[r][d], _mm512_set1_ps(inv[r])));
 }
 
-typedef void (*attend_fn)(const float *const *, const float *, const float *, int64_t,
-                          int64_t, const int64_t *, int64_t, const int64_t *, int64_t, float,
-                          float *const *, float *const *);
-
-/* One instance per group size, so each keeps its vectors in registers. */
-#define ATTEND_ROWS(R)                                                                       \
-    static void attend_##R(const float *const *q, const float *k_cache, const float *v_cache, \
-                           int64_t k_block_stride, int64_t slot_stride, const int64_t *table, \
-                           int64_t block_size, const int64_t *n, int64_t dim, float scale,    \
-                           float *const *s, float *const *out) {                              \
-        attend(q, k_cache, v_cache, k_block_stride, slot_stride, table, block_size, n, dim,   \
-               scale, s, out, R);                                                             \
+/* out[r] = sum over j < n[r] of s[r][j] value j, times inv[r], for rows r0 .. r0 + R,
+ * V vectors a value. Keys every row sees come first, each value loaded once for all R
+ * rows; then each row's own last keys. Either way a row adds its keys in ascending
+ * order with the same instruction, so its bits do not depend on R or on the others'
+ * n. R and V constants keep the R x V accumulators in registers. */
+ALWAYS_INLINE void weigh(rows_t *g, const kv_t *kv, const float *inv, int r0, const int R,
+                         const int V) {
+    __m512 acc[MAX_ROWS][MAX_DIM / 16];
+    int64_t common = g->n[r0], most = g->n[r0];
+    for (int r = 0; r < R; r++) {
+        common = g->n[r0 + r] < common ? g->n[r0 + r] : common;
+        most = g->n[r0 + r] > most ? g->n[r0 + r] : most;
     }
-ATTEND_ROWS(1)
-ATTEND_ROWS(2)
-ATTEND_ROWS(3)
-ATTEND_ROWS(4)
-static const attend_fn ATTEND[GROUP + 1] = {0, attend_1, attend_2, attend_3, attend_4};
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t j = 0, b = 0; j < most; b++) {
+        const float *block = kv->values + kv->table[b] * kv->block_size * kv->slot_stride;
+        const int64_t count = most - j < kv->block_size ? most - j : kv->block_size;
+        for (int64_t i = 0; i < count; i++, j++) {
+            const float *value = block + i * kv->slot_stride;
+            if (j < common) {
+                __m512 x[MAX_DIM / 16];
+                for (int v = 0; v < V; v++) x[v] = _mm512_loadu_ps(value + 16 * v);
+                for (int r = 0; r < R; r++) {
+                    const __m512 p = _mm512_set1_ps(g->s[r0 + r][j]);
+                    for (int v = 0; v < V; v++) acc[r][v] = _mm512_fmadd_ps(p, x[v], acc[r][v]);
+                }
+            } else {
+                for (int r = 0; r < R; r++) {
+                    if (j >= g->n[r0 + r]) continue;
+                    const __m512 p = _mm512_set1_ps(g->s[r0 + r][j]);
+                    for (int v = 0; v < V; v++)
+                        acc[r][v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(value + 16 * v), acc[r][v]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++)
+            _mm512_storeu_ps(g->out[r0 + r] + 16 * v,
+                             _mm512_mul_ps(acc[r][v], _mm512_set1_ps(inv[r0 + r])));
+}
+
+/* Softmax numerators in place of row r's scores; returns 1 / their sum. */
+static float softmax(float *s, int64_t n) {
+    __m512 top = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += 16)
+        top = _mm512_max_ps(top, _mm512_mask_loadu_ps(top, tail(n - j), s + j));
+    const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 m = tail(n - j);
+        const __m512 e = _mm512_maskz_mov_ps(m, exp_nonpositive(_mm512_sub_ps(
+                                                    _mm512_maskz_loadu_ps(m, s + j), max)));
+        _mm512_mask_storeu_ps(s + j, m, e);
+        total = _mm512_add_ps(total, e);
+    }
+    return 1.0f / _mm512_reduce_add_ps(total);
+}
+
+typedef void (*score_fn)(rows_t *, const kv_t *, int64_t);
+typedef void (*weigh_fn)(rows_t *, const kv_t *, const float *, int);
+
+/* One instance per row count (and value width), so the accumulators are registers. */
+#define SCORE(R) \
+    static void score_##R(rows_t *g, const kv_t *kv, int64_t most) { score(g, kv, most, R); }
+SCORE(1) SCORE(2) SCORE(3) SCORE(4) SCORE(5) SCORE(6) SCORE(7) SCORE(8)
+SCORE(9) SCORE(10) SCORE(11) SCORE(12) SCORE(13) SCORE(14) SCORE(15) SCORE(16)
+static const score_fn SCORES[MAX_ROWS + 1] = {
+    0, score_1, score_2, score_3, score_4, score_5, score_6, score_7, score_8,
+    score_9, score_10, score_11, score_12, score_13, score_14, score_15, score_16};
+
+/* R x V accumulators, V values and a broadcast fit the 32 vector registers. */
+#define WEIGH(R, V)                                                                        \
+    static void weigh_##R##_##V(rows_t *g, const kv_t *kv, const float *inv, int r0) {     \
+        weigh(g, kv, inv, r0, R, V);                                                       \
+    }
+WEIGH(1, 4) WEIGH(2, 4) WEIGH(3, 4) WEIGH(4, 4) WEIGH(5, 4) WEIGH(6, 4)
+WEIGH(1, 8) WEIGH(2, 8) WEIGH(3, 8)
+#define ROWS_AT_4 6 /* rows a pass takes at head_dim 64 */
+#define ROWS_AT_8 3 /* and at 128 */
+static const weigh_fn WEIGH_4[ROWS_AT_4 + 1] = {0, weigh_1_4, weigh_2_4, weigh_3_4,
+                                                weigh_4_4, weigh_5_4, weigh_6_4};
+static const weigh_fn WEIGH_8[ROWS_AT_8 + 1] = {0, weigh_1_8, weigh_2_8, weigh_3_8};
+
+/* Any other head_dim: one row a pass, its accumulators wherever the compiler puts them. */
+static void weigh_any(rows_t *g, const kv_t *kv, const float *inv, int r0) {
+    weigh(g, kv, inv, r0, 1, (int)(kv->dim / 16));
+}
+
+static void attend(rows_t *g, const kv_t *kv, int rows) {
+    int64_t most = 0;
+    for (int r = 0; r < rows; r++) most = g->n[r] > most ? g->n[r] : most;
+    SCORES[rows](g, kv, most);
+    float inv[MAX_ROWS];
+    for (int r = 0; r < rows; r++) inv[r] = softmax(g->s[r], g->n[r]);
+    const int64_t vecs = kv->dim / 16;
+    for (int r0 = 0; r0 < rows;) {
+        const int left = rows - r0;
+        if (vecs == 4) {
+            const int R = left < ROWS_AT_4 ? left : ROWS_AT_4;
+            WEIGH_4[R](g, kv, inv, r0);
+            r0 += R;
+        } else if (vecs == 8) {
+            const int R = left < ROWS_AT_8 ? left : ROWS_AT_8;
+            WEIGH_8[R](g, kv, inv, r0);
+            r0 += R;
+        } else {
+            weigh_any(g, kv, inv, r0);
+            r0 += 1;
+        }
+    }
+}
 
 /* q [tokens, heads, dim] and k, v [tokens, kv_heads, dim] with token strides q_stride and
  * kv_stride (heads contiguous); the key cache [blocks, kv_heads, dim, block_size], the
- * value cache [slots, kv_heads, dim]; out [tokens, heads, dim] contiguous. dim a multiple of 16, at most MAX_DIM. Returns 0, or -1 when
- * scratch memory could not be had. */
+ * value cache [slots, kv_heads, dim]; out [tokens, heads, dim] contiguous. dim a multiple
+ * of 16, at most MAX_DIM. Returns 0, or -1 when scratch memory could not be had. */
 int paged_attention(const float *q, int64_t q_stride, const float *k, const float *v,
                     int64_t kv_stride, float *k_cache, float *v_cache, const int64_t *slots,
                     const int64_t *block_tables, int64_t table_stride, const int64_t *token_row,
@@ -121,16 +193,21 @@ int paged_attention(const float *q, int64_t q_stride, const float *k, const floa
                     int64_t dim, int64_t block_size, float scale, float *out) {
     const int64_t slot_stride = kv_heads * dim, per_kv = heads / kv_heads;
     const int64_t k_block_stride = block_size * slot_stride;
-    /* Groups of up to GROUP consecutive tokens of one sequence: first[g] .. first[g + 1]. */
+    /* A group: `group_heads` heads of one KV head times up to `group_tokens` tokens. */
+    const int64_t group_heads = per_kv < MAX_ROWS ? per_kv : MAX_ROWS;
+    const int64_t group_tokens = MAX_ROWS / group_heads < MAX_TOKENS ? MAX_ROWS / group_heads
+                                                                     : MAX_TOKENS;
+    const int64_t head_groups = kv_heads * ((per_kv + group_heads - 1) / group_heads);
+    /* Runs of up to group_tokens consecutive tokens of one sequence: first[r] .. first[r + 1]. */
     int64_t *first = malloc((tokens + 1) * sizeof(int64_t));
     if (first == NULL) return -1;
-    int64_t groups = 0, most_keys = 16;
+    int64_t runs = 0, most_keys = 16;
     for (int64_t t = 0; t < tokens; t++) {
-        if (t == 0 || token_row[t] != token_row[t - 1] || t - first[groups - 1] == GROUP)
-            first[groups++] = t;
+        if (t == 0 || token_row[t] != token_row[t - 1] || t - first[runs - 1] == group_tokens)
+            first[runs++] = t;
         most_keys = token_keys[t] > most_keys ? token_keys[t] : most_keys;
     }
-    first[groups] = tokens;
+    first[runs] = tokens;
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
     {
@@ -139,28 +216,37 @@ int paged_attention(const float *q, int64_t q_stride, const float *k, const floa
             const int64_t block = slots[t] / block_size, i = slots[t] % block_size;
             float *keys = k_cache + block * k_block_stride + i;
             for (int64_t e = 0; e < slot_stride; e++) keys[e * block_size] = k[t * kv_stride + e];
-            memcpy(v_cache + slots[t] * slot_stride, v + t * kv_stride, slot_stride * sizeof(float));
+            memcpy(v_cache + slots[t] * slot_stride, v + t * kv_stride,
+                   slot_stride * sizeof(float));
         }
         /* (the loop's barrier: every new key is in the cache before any query reads it) */
-        float *scratch = malloc(GROUP * (most_keys + 16) * sizeof(float));
-        failed = scratch == NULL;
+        const int64_t row_scratch = most_keys + 16;
+        float *scratch = malloc(MAX_ROWS * row_scratch * sizeof(float));
+        rows_t *g = malloc(sizeof(rows_t));
+        failed = scratch == NULL || g == NULL;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < groups * heads; i++) {
-            if (scratch == NULL) continue;
-            const int64_t g = i / heads, h = i % heads, t0 = first[g];
-            const int rows = (int)(first[g + 1] - t0);
-            const float *qs[GROUP];
-            float *scores[GROUP], *outs[GROUP];
+        for (int64_t i = 0; i < runs * head_groups; i++) {
+            if (scratch == NULL || g == NULL) continue;
+            const int64_t run = i / head_groups, t0 = first[run];
+            const int64_t kv_head = i % head_groups % kv_heads;
+            const int64_t skip = i % head_groups / kv_heads * group_heads; /* of its heads */
+            const int64_t h0 = kv_head * per_kv + skip;
+            const int64_t nh = per_kv - skip < group_heads ? per_kv - skip : group_heads;
+            const int rows = (int)((first[run + 1] - t0) * nh);
             for (int r = 0; r < rows; r++) {
-                qs[r] = q + (t0 + r) * q_stride + h * dim;
-                scores[r] = scratch + r * (most_keys + 16);
-                outs[r] = out + ((t0 + r) * heads + h) * dim;
+                const int64_t t = t0 + r / nh, h = h0 + r % nh;
+                const float *query = q + t * q_stride + h * dim;
+                for (int64_t d = 0; d < dim; d++) g->q[r][d] = query[d] * scale;
+                g->n[r] = token_keys[t];
+                g->s[r] = scratch + r * row_scratch;
+                g->out[r] = out + (t * heads + h) * dim;
             }
-            const int64_t kv_head = h / per_kv;
-            ATTEND[rows](qs, k_cache + kv_head * dim * block_size, v_cache + kv_head * dim,
-                         k_block_stride, slot_stride, block_tables + token_row[t0] * table_stride,
-                         block_size, token_keys + t0, dim, scale, scores, outs);
+            const kv_t kv = {k_cache + kv_head * dim * block_size, v_cache + kv_head * dim,
+                             k_block_stride, slot_stride, block_size, dim,
+                             block_tables + token_row[t0] * table_stride};
+            attend(g, &kv, rows);
         }
+        free(g);
         free(scratch);
     }
     free(first);

@@ -109,28 +109,45 @@ def test_long_contexts_keep_their_bits_beside_wider_tables(backend):
 
 
 @needs_kernels
-def test_the_cpu_kernel_computes_attention():
-    # Three prompts over scattered blocks, attended as they are written, against
-    # softmax(q k^T) v in float64 over each token's visible keys.
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "dim"),
+    # SmolLM2's; plain multi-head at 128 (the other register-blocked width); a width with
+    # no blocked instance; more query heads to a KV head than a group holds (16)
+    [(HEADS, KV_HEADS, DIM), (4, 4, 128), (12, 2, 80), (34, 1, 32)],
+)
+def test_the_cpu_kernel_computes_attention(heads, kv_heads, dim):
+    """Three prompts over scattered blocks, attended as they are written, against
+    softmax(q k^T) v in float64 over each token's visible keys; and each prompt alone
+    gives its rows the same bits as the three together."""
     torch.manual_seed(3)
-    backend = select_attention_backend("cpu", CPU, torch.float32, DIM)
+    backend = select_attention_backend("cpu", CPU, torch.float32, dim)
     tables = [[7, 3, 9], [12], [40, 41, 2, 5]]
     lens = [37, 5, 55]
-    rows = [_row(n, n, table) for n, table in zip(lens, tables, strict=True)]
-    meta = (
-        InputBatch(backend, BLOCK, CPU, max_num_tokens=128, max_num_seqs=8, max_model_len=1024)
-        .build(rows)
-        .attn_meta
-    )
-    q, k, v = (torch.randn(sum(lens), h, DIM) for h in (HEADS, KV_HEADS, KV_HEADS))
-    out = backend.forward(q, k, v, torch.zeros(2, 64, BLOCK, KV_HEADS, DIM), meta)
+
+    def attend(prompts: list[int], q, k, v) -> torch.Tensor:
+        rows = [_row(lens[i], lens[i], tables[i]) for i in prompts]
+        meta = (
+            InputBatch(backend, BLOCK, CPU, max_num_tokens=128, max_num_seqs=8, max_model_len=1024)
+            .build(rows)
+            .attn_meta
+        )
+        kv_cache = torch.zeros(2, 64, BLOCK, kv_heads, dim)
+        return backend.forward(q, k, v, kv_cache, meta).view(-1, heads, dim)
+
+    q, k, v = (torch.randn(sum(lens), h, dim) for h in (heads, kv_heads, kv_heads))
+    out = attend([0, 1, 2], q, k, v)
     expected, start = [], 0
     for n in lens:
         for j in range(n):
             seen = slice(start, start + j + 1)
-            keys = k[seen].double().repeat_interleave(HEADS // KV_HEADS, dim=1)
-            values = v[seen].double().repeat_interleave(HEADS // KV_HEADS, dim=1)
-            scores = torch.einsum("hd,shd->hs", q[start + j].double(), keys) / math.sqrt(DIM)
+            keys = k[seen].double().repeat_interleave(heads // kv_heads, dim=1)
+            values = v[seen].double().repeat_interleave(heads // kv_heads, dim=1)
+            scores = torch.einsum("hd,shd->hs", q[start + j].double(), keys) / math.sqrt(dim)
             expected.append(torch.einsum("hs,shd->hd", scores.softmax(-1), values))
         start += n
-    assert torch.allclose(out.view(-1, HEADS, DIM).double(), torch.stack(expected), atol=1e-5)
+    assert torch.allclose(out.double(), torch.stack(expected), atol=1e-5)
+    start = 0
+    for i, n in enumerate(lens):
+        mine = slice(start, start + n)
+        assert torch.equal(attend([i], q[mine], k[mine], v[mine]), out[mine])
+        start += n
