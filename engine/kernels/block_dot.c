@@ -21,8 +21,8 @@
 
 #define BLOCK 32
 #define LANES 16
-#define MAX_ROWS 4 /* rows sharing one unpacked weight block: 4 keep 8 weight, 4 sum
-                    * and 4 accumulator registers of the 32 */
+#define MAX_ROWS 8 /* rows sharing one unpacked weight block: 8 weight, 8 accumulator
+                    * and a few sum, scale and broadcast registers of the 32 */
 
 /* x [rows, k] float -> q [rows, k] int8, and per block its scale d and the sum of its
  * q. Gated, x is [rows, 2k], a gate then an up half, and the row quantized is
@@ -119,13 +119,23 @@ TILE(4, 1)
 TILE(4, 2)
 TILE(4, 3)
 TILE(4, 4)
+TILE(4, 5)
+TILE(4, 6)
+TILE(4, 7)
+TILE(4, 8)
 TILE(8, 1)
 TILE(8, 2)
 TILE(8, 3)
 TILE(8, 4)
+TILE(8, 5)
+TILE(8, 6)
+TILE(8, 7)
+TILE(8, 8)
 
-static const tile_fn INT4_TILES[MAX_ROWS + 1] = {0, tile_4_1, tile_4_2, tile_4_3, tile_4_4};
-static const tile_fn INT8_TILES[MAX_ROWS + 1] = {0, tile_8_1, tile_8_2, tile_8_3, tile_8_4};
+static const tile_fn INT4_TILES[MAX_ROWS + 1] = {0,        tile_4_1, tile_4_2, tile_4_3, tile_4_4,
+                                                 tile_4_5, tile_4_6, tile_4_7, tile_4_8};
+static const tile_fn INT8_TILES[MAX_ROWS + 1] = {0,        tile_8_1, tile_8_2, tile_8_3, tile_8_4,
+                                                 tile_8_5, tile_8_6, tile_8_7, tile_8_8};
 
 /* y [rows, n] = x [rows, k] @ W.T (gated: see quantize_rows); k a multiple of 32, n of
  * 16. Returns 0, or -1 when scratch memory could not be had. */
