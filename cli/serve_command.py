@@ -76,9 +76,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-# engine.config.QUANTIZATION_CHOICES, spelled here so that --help imports no torch
-# (tests/gateway/test_settings.py holds them equal).
+# engine.config's QUANTIZATION_CHOICES and KV_CACHE_DTYPE_CHOICES, spelled here so that
+# --help imports no torch (tests/gateway/test_settings.py holds them equal).
 QUANTIZATION_CHOICES = ("auto", "none", "int8", "int4")
+KV_CACHE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 
 
 def add_serve_command(sub: argparse._SubParsersAction) -> None:
@@ -109,6 +110,13 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         choices=QUANTIZATION_CHOICES,
         default=None,
         help="engine weights (default: auto, which is int4 on CPU and none on CUDA)",
+    )
+    serve.add_argument(
+        "--kv-cache-dtype",
+        choices=KV_CACHE_DTYPE_CHOICES,
+        default=None,
+        help="what the KV cache stores (default: auto, the model's dtype; bfloat16 halves "
+        "its bytes)",
     )
     serve.add_argument(
         "--kv-cache-memory",

@@ -143,8 +143,10 @@ class TorchAttention:
         num_tokens, num_heads, head_dim = q.shape
         k_cache, v_cache = kv_cache[0], kv_cache[1]
         kv_heads = k_cache.shape[-2]
-        k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k)
-        v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)
+        # A cache of another dtype (kv_cache_dtype) stores rounded keys and values;
+        # attention runs in the model's dtype on them, widened back.
+        k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
+        v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
         short = meta.short
         if not meta.chunks:  # only short queries: nothing to assemble
             assert short is not None
@@ -153,8 +155,8 @@ class TorchAttention:
         if short is not None:
             out[: short.num_tokens] = self._short(q[: short.num_tokens], k_cache, v_cache, short)
         for c in meta.chunks:
-            keys = _gather(k_cache, c.block_ids).transpose(0, 1)
-            values = _gather(v_cache, c.block_ids).transpose(0, 1)
+            keys = _gather(k_cache, c.block_ids, q.dtype).transpose(0, 1)
+            values = _gather(v_cache, c.block_ids, q.dtype).transpose(0, 1)
             out[c.start : c.end] = F.scaled_dot_product_attention(
                 q[c.start : c.end].transpose(0, 1).unsqueeze(0),
                 keys.unsqueeze(0),
@@ -169,8 +171,8 @@ class TorchAttention:
         q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, short: _ShortBatch
     ) -> torch.Tensor:
         """The short queries as one padded batch: [their tokens, heads, head_dim]."""
-        keys = _gather(k_cache, short.block_tables).transpose(1, 2)
-        values = _gather(v_cache, short.block_tables).transpose(1, 2)
+        keys = _gather(k_cache, short.block_tables, q.dtype).transpose(1, 2)
+        values = _gather(v_cache, short.block_tables, q.dtype).transpose(1, 2)
         n, heads, dim = short.block_tables.shape[0], q.shape[1], q.shape[2]
         padded = q.index_select(0, short.pad_index).view(n, short.max_query, heads, dim)
         out = F.scaled_dot_product_attention(
@@ -263,11 +265,12 @@ def _padded(tables: torch.Tensor, block_size: int) -> torch.Tensor:
     return F.pad(tables, (0, blocks - width)) if blocks > width else tables
 
 
-def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
-    """The blocks' tokens in order: [..., num_blocks * block_size, kv_heads, head_dim].
+def _gather(cache: torch.Tensor, block_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The blocks' tokens in order, in `dtype`: [..., num_blocks * block_size, kv_heads,
+    head_dim].
 
     index_select copies whole blocks and is about 3x faster on CPU than
     advanced indexing (cache[block_ids]), which goes element by element.
     """
-    blocks = cache.index_select(0, block_ids.flatten())
+    blocks = cache.index_select(0, block_ids.flatten()).to(dtype)
     return blocks.view(*block_ids.shape[:-1], -1, *cache.shape[-2:])

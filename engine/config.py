@@ -15,6 +15,7 @@ BUNDLED_MODELS: dict[str, tuple[str, str]] = {
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_NUM_SPEC_TOKENS = 8
 QUANTIZATION_CHOICES = ("auto", "none", "int8", "int4")
+KV_CACHE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 
 
 def resolve_model_path(model: str) -> Path:
@@ -75,6 +76,11 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     attention_backend: str = "auto"  # "auto" | "cpu" | "torch" (engine/attention_backends.py)
+    # What the KV cache stores (vLLM's kv_cache_dtype): "auto" is the model's dtype.
+    # bfloat16 on a float32 CPU model halves the cache's bytes, so a decode reads half
+    # and the same memory holds twice the tokens; attention still computes in float32
+    # (docs/engine.md, "KV cache dtype", for its cost in quality).
+    kv_cache_dtype: str = "auto"
     # Weights of the linear layers on CPU: None or "none" (dtype), "int8" or "int4";
     # see engine/quantized_linear.py. "auto": int4 on CPU (the fastest mode that meets
     # its quality goal, docs/engine.md), none elsewhere.
@@ -101,6 +107,13 @@ class EngineConfig:
             self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, not {self.dtype!r}")
+        if self.kv_cache_dtype == "auto":
+            self.kv_cache_dtype = self.dtype
+        if self.kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES[1:]:
+            raise ValueError(
+                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPE_CHOICES)}, "
+                f"not {self.kv_cache_dtype!r}"
+            )
         if self.quantization == "auto":
             self.quantization = "int4" if self.device == "cpu" else None
         if self.quantization == "none":
@@ -144,3 +157,7 @@ class EngineConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
+
+    @property
+    def torch_kv_cache_dtype(self) -> torch.dtype:
+        return getattr(torch, self.kv_cache_dtype)

@@ -24,6 +24,8 @@ import torch
 from engine.attention import AttentionBatch
 
 MAX_HEAD_DIM = 256  # the kernel keeps a head's vectors in 16 registers (MAX_DIM there)
+# What the kernel's cache may hold: bfloat16 widens to float32 exactly on load.
+KV_CACHE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 @dataclass
@@ -69,13 +71,16 @@ class CpuAttention:
         meta: CpuAttentionMetadata,
     ) -> torch.Tensor:
         num_tokens, num_heads, head_dim = q.shape
+        if kv_cache.dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"the cpu attention backend keeps no {kv_cache.dtype} KV cache")
         q, k, v = (_heads_contiguous(t) for t in (q, k, v))
         if k.stride(0) != v.stride(0):
             k, v = k.contiguous(), v.contiguous()
         out = q.new_empty(num_tokens, num_heads * head_dim)
         failed = self.kernel(
             q.data_ptr(), q.stride(0), k.data_ptr(), v.data_ptr(), k.stride(0),
-            kv_cache[0].data_ptr(), kv_cache[1].data_ptr(), meta.slot_mapping.data_ptr(),
+            kv_cache[0].data_ptr(), kv_cache[1].data_ptr(), kv_cache.dtype == torch.bfloat16,
+            meta.slot_mapping.data_ptr(),
             meta.block_tables.data_ptr(), meta.block_tables.stride(0),
             meta.token_row.data_ptr(), meta.token_keys.data_ptr(),
             num_tokens, num_heads, k.shape[1], head_dim, kv_cache.shape[2],

@@ -86,7 +86,7 @@ SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "rms_norm": ([_P, _I, _I, _P, _F, _P], None),
     "rope": ([_P, _I, _I, _I, _I, _P, _P, _P], None),
     "paged_attention": (
-        [_P, _I, _P, _P, _I, _P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _F, _P],
+        [_P, _I, _P, _P, _I, _P, _P, ctypes.c_int, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _F, _P],
         ctypes.c_int,
     ),
 }

@@ -44,11 +44,12 @@ def profile_forward(model: CausalLM, config: EngineConfig, num_tokens: int) -> N
     must leave room for."""
     cfg, bs, device = model.config, config.block_size, torch.device(config.device)
     num_blocks = -(-num_tokens // bs)
+    kv_dtype = config.torch_kv_cache_dtype
     kv_caches = allocate_kv_cache(
-        cfg.num_layers, num_blocks, bs, cfg.num_kv_heads, cfg.head_dim, config.torch_dtype, device
+        cfg.num_layers, num_blocks, bs, cfg.num_kv_heads, cfg.head_dim, kv_dtype, device
     )
     attention = select_attention_backend(
-        config.attention_backend, device, config.torch_dtype, cfg.head_dim
+        config.attention_backend, device, config.torch_dtype, cfg.head_dim, kv_dtype
     )
     inputs = InputBatch(
         attention, bs, device, max_num_tokens=num_tokens, max_num_seqs=1, max_model_len=num_tokens
@@ -71,7 +72,11 @@ def kv_cache_num_blocks(config: EngineConfig, model: CausalLM, step_tokens: int)
     """
     cfg = model.config
     per_block = kv_cache_bytes_per_block(
-        cfg.num_layers, config.block_size, cfg.num_kv_heads, cfg.head_dim, config.torch_dtype
+        cfg.num_layers,
+        config.block_size,
+        cfg.num_kv_heads,
+        cfg.head_dim,
+        config.torch_kv_cache_dtype,
     )
     if config.num_kv_blocks is not None:
         num_blocks = config.num_kv_blocks

@@ -104,6 +104,7 @@ class LLMEngine:
             max_model_len=self.max_model_len,
             device=device,
             dtype=config.torch_dtype,
+            kv_cache_dtype=config.torch_kv_cache_dtype,
             attention_backend=config.attention_backend,
             seed=config.seed,
         )
@@ -115,13 +116,14 @@ class LLMEngine:
             config, self.model, self.runner, self.block_manager, self.max_model_len, self.stats
         )
         log.info(
-            "engine ready in %.2fs: %s on %s (%s, weights %s), %d KV blocks (%s), attention=%s",
+            "engine ready in %.2fs: %s on %s (%s, weights %s), %d %s KV blocks (%s), attention=%s",
             time.perf_counter() - started,
             config.model_path.name,
             config.device,
             config.dtype,
             config.quantization or config.dtype,
             num_blocks,
+            config.kv_cache_dtype,
             kv_cache_size,
             self.runner.attention.name,
         )

@@ -33,6 +33,7 @@ class ModelRunner:
         max_model_len: int,
         device: torch.device,
         dtype: torch.dtype,
+        kv_cache_dtype: torch.dtype,
         attention_backend: str,
         seed: int,
     ) -> None:
@@ -40,7 +41,9 @@ class ModelRunner:
         self.model = model
         self.block_size = block_size
         self.device = device
-        self.attention = select_attention_backend(attention_backend, device, dtype, cfg.head_dim)
+        self.attention = select_attention_backend(
+            attention_backend, device, dtype, cfg.head_dim, kv_cache_dtype
+        )
         # One builder serves the target's steps and the draft's: the target's step is
         # over (its logits consumed) before the draft proposes.
         self.inputs = InputBatch(
@@ -52,7 +55,13 @@ class ModelRunner:
             max_model_len=max_model_len,
         )
         self.kv_caches = allocate_kv_cache(
-            cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim, dtype, device
+            cfg.num_layers,
+            num_blocks,
+            block_size,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            kv_cache_dtype,
+            device,
         )
         self.sampler = Sampler(device, seed)
         self.drafter: DraftProposer | None = None  # set by the engine for draft-model spec

@@ -24,6 +24,7 @@ from cache.store import check_ttl
 from engine.config import (
     DEFAULT_MODEL,
     DEFAULT_NUM_SPEC_TOKENS,
+    KV_CACHE_DTYPE_CHOICES,
     QUANTIZATION_CHOICES,
     EngineConfig,
 )
@@ -57,6 +58,7 @@ class EngineSettings:
     spec_draft_model: str | None = None  # "draft" without one: the target's own first layers
     num_threads: int | None = None
     quantization: str = "auto"  # "auto" (int4 on CPU) | "none" | "int8" | "int4"
+    kv_cache_dtype: str = "auto"  # "auto" (the model's dtype) | "float32" | "bfloat16" | ...
     # KV cache: explicit bytes, else a share of the available RAM (CPU) or of the GPU.
     kv_cache_memory: int | None = None
     kv_cache_memory_fraction: float = 0.1
@@ -73,6 +75,11 @@ class EngineSettings:
             raise ValueError(
                 f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}, "
                 f"not {self.quantization!r}"
+            )
+        if self.kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES:
+            raise ValueError(
+                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPE_CHOICES)}, "
+                f"not {self.kv_cache_dtype!r}"
             )
 
     def config(self) -> EngineConfig:

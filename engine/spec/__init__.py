@@ -88,7 +88,7 @@ def _drafter(
         config.block_size,
         draft_cfg.num_kv_heads,
         draft_cfg.head_dim,
-        config.torch_dtype,
+        config.torch_kv_cache_dtype,
         runner.device,
     )
     return DraftProposer(draft, kv_caches, draft_cfg.num_layers, runner.inputs, False)

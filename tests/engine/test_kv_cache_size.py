@@ -23,7 +23,11 @@ from engine.kv_cache_size import (
 def _bytes_per_block(llm: LLM, config: EngineConfig) -> int:
     cfg = llm.engine.model_config
     return kv_cache_bytes_per_block(
-        cfg.num_layers, config.block_size, cfg.num_kv_heads, cfg.head_dim, config.torch_dtype
+        cfg.num_layers,
+        config.block_size,
+        cfg.num_kv_heads,
+        cfg.head_dim,
+        config.torch_kv_cache_dtype,
     )
 
 
@@ -91,3 +95,14 @@ def test_profile_forward_runs_a_step_that_is_not_whole_blocks(llm):
     before = first_layer.clone()
     profile_forward(llm.engine.model, llm.engine.config, 40)
     assert torch.equal(first_layer, before)
+
+
+def test_a_bfloat16_cache_holds_twice_the_blocks_in_the_same_bytes(llm):
+    model = llm.engine.model
+    wide = EngineConfig(kv_cache_memory=256 * MiB)
+    narrow = EngineConfig(kv_cache_memory=256 * MiB, kv_cache_dtype="bfloat16")
+    assert wide.kv_cache_dtype == "float32"  # auto: the model's dtype on CPU
+    assert kv_cache_num_blocks(narrow, model, 64)[0] == 2 * kv_cache_num_blocks(wide, model, 64)[0]
+    profile_forward(model, narrow, 40)  # a step over a scratch bfloat16 cache runs
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, float32"):
+        EngineConfig(kv_cache_dtype="fp8")

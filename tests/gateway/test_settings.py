@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.serve_command import QUANTIZATION_CHOICES as CLI_QUANTIZATION_CHOICES
-from engine.config import QUANTIZATION_CHOICES
+from cli import serve_command
+from engine import config
 from gateway.settings import EngineSettings, Settings
 
 
@@ -22,8 +22,17 @@ def test_an_unknown_quantization_is_refused_at_start():
         Settings.load(env={"SEMGATE_QUANTIZATION": "int3"})
 
 
+def test_the_kv_cache_dtype_comes_from_the_environment_and_is_checked():
+    env = {"SEMGATE_KV_CACHE_DTYPE": "bfloat16"}
+    assert Settings.load(env=env).engine.config().kv_cache_dtype == "bfloat16"
+    assert Settings.load(env={}).engine.config().kv_cache_dtype == "float32"  # auto, on CPU
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, float32, bfloat16"):
+        Settings.load(env={"SEMGATE_KV_CACHE_DTYPE": "fp8"})
+
+
 def test_the_cli_offers_the_engine_choices():
-    assert CLI_QUANTIZATION_CHOICES == QUANTIZATION_CHOICES
+    assert serve_command.QUANTIZATION_CHOICES == config.QUANTIZATION_CHOICES
+    assert serve_command.KV_CACHE_DTYPE_CHOICES == config.KV_CACHE_DTYPE_CHOICES
 
 
 @pytest.mark.parametrize("ttl", ["0", str(10**20)])
