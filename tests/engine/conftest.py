@@ -89,8 +89,9 @@ def save_hf_directory(
 
 @pytest.fixture(scope="session")
 def float32_llm(make_llm):
-    """The engine with float32 weights, as the reference runs them (the CPU default is int4)."""
-    return make_llm(quantization=None)
+    """The engine in float32 throughout, weights and KV cache, as the reference runs it
+    (the CPU default is int4 over a bfloat16 cache)."""
+    return make_llm(quantization=None, kv_cache_dtype="float32")
 
 
 def first_step_logits(engine: LLMEngine, token_ids: list[int]) -> torch.Tensor:

@@ -3,7 +3,7 @@ chunked prefill, prefix caching and speculation. test_equivalence.py and test_sp
 cover the default mode (int4 on CPU, semgate's attention kernel) in depth; these cover
 the other two, int4 over the torch attention backend (SDPA: the fallback where
 semgate's kernels cannot run, whose row invariance rests on padding rules), and int4
-over a bfloat16 KV cache (kv_cache_dtype)."""
+over a float32 KV cache (kv_cache_dtype; the default on CPU is bfloat16)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ BATCH = PROMPTS[4:12]  # 6 to 17 tokens; the last one fills a KV block
         {"quantization": None},
         {"quantization": "int8"},
         {"quantization": "int4", "attention_backend": "torch"},
-        {"quantization": "int4", "kv_cache_dtype": "bfloat16"},
+        {"quantization": "int4", "kv_cache_dtype": "float32"},
     ],
-    ids=["float32", "int8", "int4-sdpa", "int4-bf16-kv"],
+    ids=["float32", "int8", "int4-sdpa", "int4-f32-kv"],
 )
 def mode(request) -> dict[str, object]:
     return request.param

@@ -60,7 +60,7 @@ def test_explicit_blocks_win_then_explicit_bytes(llm):
     assert num_blocks == 7 and how.endswith(": num_kv_blocks")
     per_block = _bytes_per_block(llm, config)
     config = EngineConfig(kv_cache_memory=5 * per_block + 1)
-    assert kv_cache_num_blocks(config, model, 64) == (5, "3.5 MiB: kv_cache_memory")
+    assert kv_cache_num_blocks(config, model, 64) == (5, "1.8 MiB: kv_cache_memory")
     assert kv_cache_num_blocks(EngineConfig(kv_cache_memory=1), model, 64)[0] == 1
 
 
@@ -99,9 +99,10 @@ def test_profile_forward_runs_a_step_that_is_not_whole_blocks(llm):
 
 def test_a_bfloat16_cache_holds_twice_the_blocks_in_the_same_bytes(llm):
     model = llm.engine.model
-    wide = EngineConfig(kv_cache_memory=256 * MiB)
-    narrow = EngineConfig(kv_cache_memory=256 * MiB, kv_cache_dtype="bfloat16")
-    assert wide.kv_cache_dtype == "float32"  # auto: the model's dtype on CPU
+    wide = EngineConfig(kv_cache_memory=256 * MiB, kv_cache_dtype="float32")
+    narrow = EngineConfig(kv_cache_memory=256 * MiB)
+    assert narrow.kv_cache_dtype == "bfloat16"  # auto, for a float32 model on CPU
+    assert EngineConfig(dtype="bfloat16").kv_cache_dtype == "bfloat16"  # the model's
     assert kv_cache_num_blocks(narrow, model, 64)[0] == 2 * kv_cache_num_blocks(wide, model, 64)[0]
     profile_forward(model, narrow, 40)  # a step over a scratch bfloat16 cache runs
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, float32"):

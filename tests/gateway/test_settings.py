@@ -23,9 +23,9 @@ def test_an_unknown_quantization_is_refused_at_start():
 
 
 def test_the_kv_cache_dtype_comes_from_the_environment_and_is_checked():
-    env = {"SEMGATE_KV_CACHE_DTYPE": "bfloat16"}
-    assert Settings.load(env=env).engine.config().kv_cache_dtype == "bfloat16"
-    assert Settings.load(env={}).engine.config().kv_cache_dtype == "float32"  # auto, on CPU
+    env = {"SEMGATE_KV_CACHE_DTYPE": "float32"}
+    assert Settings.load(env=env).engine.config().kv_cache_dtype == "float32"
+    assert Settings.load(env={}).engine.config().kv_cache_dtype == "bfloat16"  # auto, on CPU
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, float32, bfloat16"):
         Settings.load(env={"SEMGATE_KV_CACHE_DTYPE": "fp8"})
 
