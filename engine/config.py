@@ -18,6 +18,12 @@ QUANTIZATION_CHOICES = ("auto", "none", "int8", "int4")
 KV_CACHE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 
 
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    """A readable error unless value is one of choices (settings check theirs at start)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+
+
 def resolve_model_path(model: str) -> Path:
     """Turn a bundled model name, a .gguf file or a Hugging Face directory into a path."""
     if model.lower() in BUNDLED_MODELS:
@@ -108,23 +114,16 @@ class EngineConfig:
             self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, not {self.dtype!r}")
+        check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPE_CHOICES)
         if self.kv_cache_dtype == "auto":
             cpu_float32 = self.device == "cpu" and self.dtype == "float32"
             self.kv_cache_dtype = "bfloat16" if cpu_float32 else self.dtype
-        if self.kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES[1:]:
-            raise ValueError(
-                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPE_CHOICES)}, "
-                f"not {self.kv_cache_dtype!r}"
-            )
+        if self.quantization is not None:
+            check_choice("quantization", self.quantization, QUANTIZATION_CHOICES)
         if self.quantization == "auto":
             self.quantization = "int4" if self.device == "cpu" else None
         if self.quantization == "none":
             self.quantization = None
-        if self.quantization not in (None, *QUANTIZATION_CHOICES[2:]):
-            raise ValueError(
-                f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}, "
-                f"not {self.quantization!r}"
-            )
         if self.quantization is not None and self.device != "cpu":
             raise ValueError(f"quantization {self.quantization} has CPU kernels only")
         if self.max_num_batched_tokens is None:

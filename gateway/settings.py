@@ -27,6 +27,7 @@ from engine.config import (
     KV_CACHE_DTYPE_CHOICES,
     QUANTIZATION_CHOICES,
     EngineConfig,
+    check_choice,
 )
 from gateway.routing_settings import (
     check_routing,
@@ -71,16 +72,8 @@ class EngineSettings:
             raise ValueError("max_num_seqs must be >= 1")
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
-        if self.quantization not in QUANTIZATION_CHOICES:
-            raise ValueError(
-                f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}, "
-                f"not {self.quantization!r}"
-            )
-        if self.kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES:
-            raise ValueError(
-                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPE_CHOICES)}, "
-                f"not {self.kv_cache_dtype!r}"
-            )
+        check_choice("quantization", self.quantization, QUANTIZATION_CHOICES)
+        check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPE_CHOICES)
 
     def config(self) -> EngineConfig:
         """The engine's configuration (which resolves the model and checks the rest)."""

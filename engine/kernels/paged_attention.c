@@ -205,20 +205,11 @@ static void attend(rows_t *g, const kv_t *kv, int rows, int bf16) {
     float inv[MAX_ROWS];
     for (int r = 0; r < rows; r++) inv[r] = softmax(g->s[r], g->n[r]);
     const int64_t vecs = kv->dim / 16;
-    for (int r0 = 0; r0 < rows;) {
-        const int left = rows - r0;
-        if (vecs == 4) {
-            const int R = left < ROWS_AT_4 ? left : ROWS_AT_4;
-            WEIGH_4[bf16][R](g, kv, inv, r0);
-            r0 += R;
-        } else if (vecs == 8) {
-            const int R = left < ROWS_AT_8 ? left : ROWS_AT_8;
-            WEIGH_8[bf16][R](g, kv, inv, r0);
-            r0 += R;
-        } else {
-            WEIGH_ANY[bf16](g, kv, inv, r0);
-            r0 += 1;
-        }
+    const weigh_fn *blocked = vecs == 4 ? WEIGH_4[bf16] : vecs == 8 ? WEIGH_8[bf16] : NULL;
+    const int per_pass = vecs == 4 ? ROWS_AT_4 : vecs == 8 ? ROWS_AT_8 : 1;
+    for (int r0 = 0; r0 < rows; r0 += per_pass) {
+        const int R = rows - r0 < per_pass ? rows - r0 : per_pass;
+        (blocked != NULL ? blocked[R] : WEIGH_ANY[bf16])(g, kv, inv, r0);
     }
 }
 

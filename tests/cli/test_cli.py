@@ -15,6 +15,7 @@ import pytest
 
 from cli.main import build_parser
 from gateway.settings import EngineSettings, Settings
+from tests.engine.prompts import CAPITAL_QUESTION
 
 
 def _semgate(
@@ -34,7 +35,7 @@ def _semgate(
 def test_chat_answers_one_prompt(quantization):
     result = _semgate(
         "chat",
-        "What is the capital of France? Answer in one sentence.",
+        CAPITAL_QUESTION,
         "--temperature",
         "0",
         "--quantization",
@@ -48,7 +49,7 @@ def test_chat_runs_on_atens_kernels_when_ours_are_turned_off():
     # The path of a CPU without AVX-512 VNNI or a machine without a C compiler.
     result = _semgate(
         "chat",
-        "What is the capital of France? Answer in one sentence.",
+        CAPITAL_QUESTION,
         "--temperature",
         "0",
         env={"SEMGATE_CPU_KERNELS": "off"},

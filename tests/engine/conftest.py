@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 
 from engine import SamplingParams
 from engine.config import resolve_model_path
+from engine.cpu_kernels import cpu_kernels_or_none
 from engine.disk_cache import cache_dir
 from engine.llm_engine import LLMEngine
 from engine.scheduler import ScheduledSequence
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 # Greedy, EOS ignored: what the engine tests generate per prompt. The scheduling-
 # invariance tests run each prompt alone first, one decode step per token.
 GREEDY_32 = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
+
+# Tests of semgate's own CPU kernels (engine/kernels), which skip where they cannot run.
+needs_kernels = pytest.mark.skipif(
+    cpu_kernels_or_none() is None, reason="semgate's CPU kernels need AVX-512 VNNI and a C compiler"
+)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,10 @@
-"""A fixed, varied prompt set for the engine's equality tests."""
+"""A fixed, varied prompt set for the engine's equality tests, and the chat question the
+tests whose answer must name Paris ask."""
+
+# Asked bare ("What is the capital of France?"), the model's first token is a near tie
+# ("The" vs "L", 0.08 nats apart in float32), which int8 activations may tip into a
+# French answer that never ends; asked for one sentence, every mode says Paris and stops.
+CAPITAL_QUESTION = "What is the capital of France? Answer in one sentence."
 
 PROMPTS = [
     "The capital of France is",

@@ -10,15 +10,11 @@ import torch
 
 from engine.attention import AttentionBackend, TorchAttention
 from engine.attention_backends import select_attention_backend
-from engine.cpu_kernels import cpu_kernels_or_none
 from engine.input_batch import BatchRow, InputBatch
+from tests.engine.conftest import needs_kernels
 
 BLOCK, HEADS, KV_HEADS, DIM = 16, 9, 3, 64
 CPU = torch.device("cpu")
-
-needs_kernels = pytest.mark.skipif(
-    cpu_kernels_or_none() is None, reason="semgate's CPU kernels need AVX-512 VNNI and a C compiler"
-)
 
 
 @pytest.fixture(params=["torch", pytest.param("cpu", marks=needs_kernels)])

@@ -10,14 +10,12 @@ import torch.nn.functional as F
 
 from engine.block_quantized_linear import BlockInt4Linear, BlockInt8Linear
 from engine.config import resolve_model_path
-from engine.cpu_kernels import cpu_kernels_or_none
 from engine.linear import build_linear
 from engine.loader import load_gguf
 from engine.quantized_linear import BLOCK, quantize_blocks
+from tests.engine.conftest import needs_kernels
 
-pytestmark = pytest.mark.skipif(
-    cpu_kernels_or_none() is None, reason="the block kernels need AVX-512 VNNI and a C compiler"
-)
+pytestmark = needs_kernels
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +68,7 @@ def test_the_packed_layers_compute_what_their_blocks_say(weights, rows):
 
 # Relative error against float32, int8 activations included: measured about 0.5% on
 # the file's weights, in either width (a random matrix is not on a 4-bit grid).
-TOLERANCE = {BlockInt4Linear: 0.01, BlockInt8Linear: 0.01}
+TOLERANCE = 0.01
 
 
 @pytest.mark.parametrize("layer", [BlockInt4Linear, BlockInt8Linear])
@@ -78,7 +76,7 @@ def test_the_layers_match_float32(weights, layer):
     torch.manual_seed(0)
     for w in weights.values():
         x = torch.randn(7, w.shape[1])
-        assert _relative_error(layer(w)(x), F.linear(x, w)) < TOLERANCE[layer]
+        assert _relative_error(layer(w)(x), F.linear(x, w)) < TOLERANCE
 
 
 @pytest.mark.parametrize("layer", [BlockInt4Linear, BlockInt8Linear])

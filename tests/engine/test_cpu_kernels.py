@@ -6,12 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.cpu_kernels import CpuKernelsUnavailable, cpu_kernels, cpu_kernels_or_none
+from engine.cpu_kernels import CpuKernelsUnavailable, cpu_kernels
 from engine.model import RMSNorm, RotaryEmbedding, apply_rope
-
-needs_kernels = pytest.mark.skipif(
-    cpu_kernels_or_none() is None, reason="semgate's CPU kernels need AVX-512 VNNI and a C compiler"
-)
+from tests.engine.conftest import needs_kernels
 
 
 @needs_kernels
@@ -37,24 +34,17 @@ def test_rms_norm_matches_aten_and_keeps_each_rows_bits(width):
 
 
 @needs_kernels
-def test_no_compiler_is_a_readable_reason(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("compiler", "reason"), [("no-such-cc", "no C compiler"), ("false", "false failed")]
+)
+def test_a_missing_or_failing_compiler_is_a_readable_reason_and_leaves_nothing(
+    tmp_path, monkeypatch, compiler, reason
+):
     monkeypatch.setenv("SEMGATE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("CC", compiler)
     cpu_kernels.cache_clear()
     try:
-        with pytest.raises(CpuKernelsUnavailable, match="no C compiler"):
-            cpu_kernels()
-    finally:
-        cpu_kernels.cache_clear()
-
-
-@needs_kernels
-def test_a_failing_compiler_is_reported_and_leaves_nothing_behind(tmp_path, monkeypatch):
-    monkeypatch.setenv("SEMGATE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("CC", "false")
-    cpu_kernels.cache_clear()
-    try:
-        with pytest.raises(CpuKernelsUnavailable, match="false failed"):
+        with pytest.raises(CpuKernelsUnavailable, match=reason):
             cpu_kernels()
     finally:
         cpu_kernels.cache_clear()

@@ -7,7 +7,7 @@ import torch
 from engine import SamplingParams
 from engine.sampler import apply_top_k_top_p
 from tests.engine.conftest import first_step_logits
-from tests.engine.prompts import PROMPTS
+from tests.engine.prompts import CAPITAL_QUESTION, PROMPTS
 
 
 def test_seeded_sampling_is_reproducible_whatever_the_batch(llm):
@@ -85,10 +85,7 @@ def test_max_tokens_ends_with_length(llm):
 
 def test_eos_ends_with_stop(llm):
     params = SamplingParams(max_tokens=64, temperature=0.0)
-    # Asked bare, the model's first token is a near tie ("The" vs "L", 0.08 nats apart
-    # in float32), which int8 activations may tip into a French answer that never ends.
-    question = "What is the capital of France? Answer in one sentence."
-    out = llm.chat([{"role": "user", "content": question}], params)[0]
+    out = llm.chat([{"role": "user", "content": CAPITAL_QUESTION}], params)[0]
     assert out.finish_reason == "stop"
     assert out.token_ids[-1] in llm.tokenizer.eos_token_ids
     assert "Paris" in out.text

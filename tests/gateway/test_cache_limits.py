@@ -11,6 +11,7 @@ import pytest
 from cache.store import MAX_TTL, CacheEntry
 from gateway.completions import _servable
 from gateway.upstream import ChatJob
+from tests.engine.prompts import CAPITAL_QUESTION
 from tests.gateway.conftest import ALICE, SYSTEM, messages, settle
 from tests.gateway.servers import MODEL, Server, probed
 
@@ -71,8 +72,7 @@ def test_a_seeded_answer_is_counted_and_kept_within_max_tokens(
 
 @pytest.mark.usefixtures("fresh")
 def test_a_seeded_answer_counts_as_the_engine_counted_it(admin: httpx.Client, http: httpx.Client):
-    question = "What is the capital of France? Answer in one sentence."
-    generated = chat(http, question, max_tokens=64).json()
+    generated = chat(http, CAPITAL_QUESTION, max_tokens=64).json()
     assert generated["choices"][0]["finish_reason"] == "stop"
     body = {
         "question": "Name the capital of France.",

@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from tests.engine.prompts import CAPITAL_QUESTION
 from tests.gateway.conftest import ALICE, BOB, chat_body, messages, settle, timings_of
 from tests.gateway.servers import MODEL, Server, metric, wait_for_idle_engine
 
@@ -223,11 +224,10 @@ def test_langchain_chat_openai(gateway: Server):
         max_tokens=96,
         max_retries=0,
     )
-    question = "What is the capital of France? Answer in one sentence."
-    answer = llm.invoke(question)
+    answer = llm.invoke(CAPITAL_QUESTION)
     assert "Paris" in answer.content
     settle(gateway.url)
-    streamed = "".join(str(chunk.content) for chunk in llm.stream(question))
+    streamed = "".join(str(chunk.content) for chunk in llm.stream(CAPITAL_QUESTION))
     assert streamed == answer.content  # the second call is a cache hit, replayed as a stream
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from gateway.upstream.base import ChatJob, Delta, UpstreamError
 from gateway.upstream.http import HttpUpstream
+from tests.engine.prompts import CAPITAL_QUESTION
 from tests.gateway.conftest import ENGINE_ARGS, MAX_MODEL_LEN, up
 from tests.gateway.servers import MODEL, Server, free_port, metric, serving
 
@@ -40,10 +41,7 @@ async def pool(urls: list[str], **kwargs: float) -> AsyncIterator[HttpUpstream]:
         await upstream.close()
 
 
-FRANCE = "What is the capital of France? Answer in one sentence."
-
-
-def job(upstream: HttpUpstream, question: str = FRANCE, **kw) -> ChatJob:
+def job(upstream: HttpUpstream, question: str = CAPITAL_QUESTION, **kw) -> ChatJob:
     params = {"max_tokens": 16, "temperature": 0.0, **kw}
     messages = [{"role": "user", "content": question}]
     return ChatJob(request_id="t", model=upstream.models()[0], messages=messages, **params)
