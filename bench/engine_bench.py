@@ -41,6 +41,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.greedy import greedy, warm_up
+from bench.host_step import host_time_per_decode_step
 from bench.report import (
     fmt,
     median,
@@ -327,21 +328,20 @@ def stall_run(
     llm: LLM, streams: list[list[int]], long_prompt: list[int] | None, sizes: Sizes
 ) -> dict[str, Any]:
     """Decodes the streams; after they have all started, the long prompt (if any) arrives."""
-    engine = llm.engine
     seen: dict[str, RequestMetrics] = {}
 
     def step() -> None:
-        for out in engine.step():
+        for out in llm.step():
             seen[out.request_id] = out.metrics
 
-    ids = [engine.add_request(p, greedy(sizes.stream_tokens)) for p in streams]
+    ids = [llm.add_request(p, greedy(sizes.stream_tokens)) for p in streams]
     while len(seen) < len(ids):  # until every stream has its first token
         step()
     for _ in range(sizes.stream_warmup_steps):
         step()
     arrival = time.perf_counter()
-    long_id = engine.add_request(long_prompt, greedy(1)) if long_prompt else None
-    while engine.has_unfinished():
+    long_id = llm.add_request(long_prompt, greedy(1)) if long_prompt else None
+    while llm.has_unfinished():
         step()
     metrics = [seen[i] for i in ids]
     result: dict[str, Any] = {"after_arrival": _itl_stats(_itls_between(metrics, arrival, np.inf))}
@@ -502,14 +502,21 @@ def _run_all(model: str, sizes: Sizes, progress: Progress) -> tuple[dict[str, An
     del unchunked, llm
 
     cached = LLM(EngineConfig(model))
+    config = cached.engine.config
     warm_up(cached)
     results["prefix_caching"], g4 = bench_prefix(
         cached, text[sizes.long_prompt_len :], sizes, progress
     )
     goals = [*g1, *g2, *g3, *g4]
-    results["device"] = cached.engine.config.device
-    results["dtype"] = cached.engine.config.dtype
-    results["quantization"] = cached.engine.config.quantization
+    results["attention_backend"] = cached.engine.runner.attention.name
+    results["decode_steps"] = cached.engine.runner.graph_mode
+    del cached
+    host = progress.add_task("host time per decode step, 64 streams", total=None)
+    results["host_step"] = host_time_per_decode_step(model)
+    progress.update(host, total=1, completed=1)
+    results["device"] = config.device
+    results["dtype"] = config.dtype
+    results["quantization"] = config.quantization
     return results, goals
 
 
@@ -585,13 +592,21 @@ def run_engine_bench(
     }
     write_report(out_path, report)
     weights = results["quantization"] or results["dtype"]
-    console.print(f"Our weights: {weights} (transformers: {results['dtype']})")
+    console.print(
+        f"Our weights: {weights} (transformers: {results['dtype']}); attention: "
+        f"{results['attention_backend']}, decode steps: {results['decode_steps']}"
+    )
     console.print(goal_table(goals))
     console.print(itl_table(results["chunked_prefill"]))
     load = results["load"]
     console.print(
         f"Load to ready: ours {load['ours_s']:.2f} s (goal < {load['goal_s']:g} s), "
         f"transformers {load['hf_s']:.1f} s"
+    )
+    host = results["host_step"]
+    console.print(
+        f"Engine core's host time per decode step, {host['streams']} streams x "
+        f"{host['tokens']} tokens: median {host['median_ms']:.2f} ms (mean {host['mean_ms']:.2f})"
     )
     console.print(f"Wrote {out_path} in {report['elapsed_s']:.0f} s")
     return report

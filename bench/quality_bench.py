@@ -41,7 +41,6 @@ from bench.report import met_cell, progress, write_report
 from bench.sharegpt import first_exchange, iter_conversations
 from engine.config import DEFAULT_MODEL, EngineConfig, resolve_model_path
 from engine.input_batch import BatchRow, InputBatch
-from engine.kv_cache import allocate_kv_cache
 from engine.llm import LLM
 from engine.loader import load_tokenizer
 from engine.tokenizer import Tokenizer
@@ -101,13 +100,18 @@ def answer_logprobs(llm: LLM, prompt_ids: list[int], answer_ids: list[int]) -> t
     cfg, bs, device = engine.model_config, engine.runner.block_size, engine.runner.device
     ids = prompt_ids + answer_ids
     num_blocks = -(-len(ids) // bs)
-    dtype = engine.config.torch_kv_cache_dtype
-    kv_caches = allocate_kv_cache(
-        cfg.num_layers, num_blocks, bs, cfg.num_kv_heads, cfg.head_dim, dtype, device
-    )
     attention = engine.runner.attention
+    kv_caches = attention.allocate_kv_cache(
+        cfg.num_layers, num_blocks + 1, bs, cfg.num_kv_heads, cfg.head_dim
+    )
     inputs = InputBatch(
-        attention, bs, device, max_num_tokens=len(ids), max_num_seqs=1, max_model_len=len(ids)
+        attention,
+        bs,
+        device,
+        max_num_tokens=len(ids),
+        max_num_seqs=1,
+        max_model_len=len(ids),
+        null_block=num_blocks,
     )
     step = inputs.build([BatchRow(ids, 0, list(range(num_blocks)), 0)])
     hidden = engine.model(step.input_ids, step.positions, attention, kv_caches, step.attn_meta)

@@ -28,11 +28,10 @@ def _engine_config(args: argparse.Namespace) -> Any:
 
 def _stream_answer(llm: Any, messages: list[dict[str, str]], params: Any) -> str:
     """Runs one chat turn, printing text as it is generated; returns the answer."""
-    engine = llm.engine
-    request_id = engine.add_request(llm.tokenizer.apply_chat_template(messages), params)
+    request_id = llm.add_request(llm.tokenizer.apply_chat_template(messages), params)
     answer, finish_reason = "", None
-    while engine.has_unfinished():
-        for out in engine.step():
+    while llm.has_unfinished():
+        for out in llm.step():
             if out.request_id == request_id:
                 sys.stdout.write(out.delta_text)
                 sys.stdout.flush()

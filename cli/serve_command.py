@@ -76,10 +76,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-# engine.config's QUANTIZATION_CHOICES and KV_CACHE_DTYPE_CHOICES, spelled here so that
-# --help imports no torch (tests/gateway/test_settings.py holds them equal).
+# engine.config's QUANTIZATION_CHOICES, KV_CACHE_DTYPE_CHOICES and BACKEND_CHOICES, spelled
+# here so that --help imports no torch (tests/gateway/test_settings.py holds them equal).
 QUANTIZATION_CHOICES = ("auto", "none", "int8", "int4")
 KV_CACHE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+ATTENTION_BACKEND_CHOICES = ("auto", "flash", "cpu", "torch", "flash_reference")
 
 
 def add_serve_command(sub: argparse._SubParsersAction) -> None:
@@ -117,6 +118,25 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="what the KV cache stores (default: auto, the model's dtype; bfloat16 halves "
         "its bytes)",
+    )
+    serve.add_argument(
+        "--attention-backend",
+        choices=ATTENTION_BACKEND_CHOICES,
+        default=None,
+        help="default: auto, flash-attn-4 on an NVIDIA GPU, semgate's kernel on a CPU, else "
+        "SDPA (torch); flash_reference is flash's contract in plain torch, for tests",
+    )
+    serve.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="tokens a KV block holds (default: the attention backend's, 128 flash, 16 others)",
+    )
+    serve.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        default=None,
+        help="no CUDA graphs: decode steps run eagerly (the default on CPU)",
     )
     serve.add_argument(
         "--kv-cache-memory",

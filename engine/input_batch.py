@@ -9,6 +9,11 @@ without blocking; on CPU both sides are one tensor.
 
 Rows go in the order the attention backend asks for (its short queries first); the
 logit rows come back in the order the rows were given.
+
+Padding (engine/graph_runner.py) is tokens a step computes for nobody: trailing pad
+tokens of a row, or whole rows of them. They read and write the null block, a KV
+block past the block manager's that no sequence owns: their keys and values land
+there, never in a real block, and a table's unused entries name it too.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from engine.attention import AttentionBackend, AttentionBatch
+from engine.attention import AttentionBackend, AttentionBatch, StepLimits
 from engine.staged_buffer import StagedBuffer
 
 
@@ -29,7 +34,8 @@ class BatchRow(NamedTuple):
     token_ids: list[int]  # its input tokens this step, proposed tokens included
     start: int  # the position of the first
     block_table: list[int]  # blocks for every position up to start + len(token_ids)
-    num_logits: int  # the last rows whose logits the step wants (0: none)
+    num_logits: int  # the last token_ids whose logits the step wants (0: none)
+    num_pad: int = 0  # pad tokens after token_ids (see the module docstring)
 
 
 @dataclass
@@ -54,7 +60,10 @@ class InputBatch:
         max_num_tokens: int,
         max_num_seqs: int,
         max_model_len: int,
+        null_block: int,
+        max_pad_tokens: int = 0,
     ) -> None:
+        """max_pad_tokens: the most pad tokens a row may take past its last token."""
         if block_size % attention.block_size_multiple:
             raise ValueError(
                 f"the {attention.name} attention backend needs a block size that is a "
@@ -64,21 +73,26 @@ class InputBatch:
         self.block_size = block_size
         self.max_num_tokens = max_num_tokens
         self.max_num_seqs = max_num_seqs
-        self.max_blocks = -(-max_model_len // block_size)  # blocks of the longest sequence
+        self.max_model_len = max_model_len
+        self.null_block = null_block
+        # Blocks of the longest sequence, pad tokens past its end included.
+        self.max_blocks = -(-(max_model_len + max_pad_tokens) // block_size)
         self.input_ids = StagedBuffer(max_num_tokens, device)
         self.positions = StagedBuffer(max_num_tokens, device)
         self.slot_mapping = StagedBuffer(max_num_tokens, device)
         self.logit_rows = StagedBuffer(max_num_tokens, device)
-        # Row i of a step's [n, width] tables is entries i * width ..: the view is contiguous.
-        self.block_tables = StagedBuffer(max_num_seqs * self.max_blocks, device)
-        # Host only: what the attention metadata is derived from.
+        # Host only: what the attention metadata is derived from. Row i of a step's
+        # [n, width] tables is entries i * width ..: the view is contiguous.
+        self.block_tables = np.zeros(max_num_seqs * self.max_blocks, dtype=np.int64)
         self.query_lens = np.zeros(max_num_seqs, dtype=np.int64)
         self.starts = np.zeros(max_num_seqs, dtype=np.int64)
         self.context_lens = np.zeros(max_num_seqs, dtype=np.int64)
         self.query_start = np.zeros(max_num_seqs + 1, dtype=np.int64)  # [0] stays 0
         self.table_lens = np.zeros(max_num_seqs, dtype=np.int64)
+        self.is_pad = np.zeros(max_num_tokens, dtype=bool)
         self.arange = np.arange(max_num_tokens, dtype=np.int64)  # a sequence has >= 1 token
-        self.metadata = attention.metadata_builder(max_num_seqs, self.max_blocks * block_size)
+        limits = StepLimits(max_num_seqs, max_num_tokens, self.max_blocks, block_size, null_block)
+        self.metadata = attention.metadata_builder(limits)
         # The host buffers are rewritten by the next build: it first waits until this
         # build's copies have read them (a step that samples syncs anyway, a step of
         # prefill chunks alone does not).
@@ -88,18 +102,25 @@ class InputBatch:
         """The step's inputs: views of the buffers, valid until the next build."""
         n = len(rows)
         order = self._order(rows)
+        bs = self.block_size
         ids: list[int] = []
         qlens: list[int] = []
         starts: list[int] = []
         tlens: list[int] = []
-        ends = [0] * n  # each given row's end in the flat batch
+        pads: list[int] = []
+        ends = [0] * n  # each given row's end in the flat batch, pads included
         for i in order:
-            row = rows[i]
-            ids += row.token_ids
+            token_ids, start, table, _, num_pad = rows[i]
+            ids += token_ids
+            if num_pad:
+                ids += [0] * num_pad
             ends[i] = len(ids)
-            qlens.append(len(row.token_ids))
-            starts.append(row.start)
-            tlens.append(len(row.block_table))
+            q = len(token_ids) + num_pad
+            qlens.append(q)
+            starts.append(start)
+            pads.append(num_pad)
+            # Pad tokens past the table's end see (and so need) the null block.
+            tlens.append(max(len(table), (start + q + bs - 1) // bs))
         num_tokens, width = len(ids), max(tlens)
         if num_tokens > self.max_num_tokens or n > self.max_num_seqs or width > self.max_blocks:
             raise ValueError(
@@ -109,7 +130,6 @@ class InputBatch:
             )
         if self._copied is not None:
             self._copied.synchronize()
-        bs = self.block_size
         self.input_ids.np[:num_tokens] = ids
         q, start, ctx = self.query_lens[:n], self.starts[:n], self.context_lens[:n]
         q[:] = qlens
@@ -118,21 +138,33 @@ class InputBatch:
         query_start = self.query_start[: n + 1]
         np.cumsum(q, out=query_start[1:])
         self.table_lens[:n] = tlens
-        tables = self.block_tables.np[: n * width].reshape(n, width)
-        tables.fill(0)  # a shorter table's padding names block 0, masked like any padding
-        for j, i in enumerate(order):
+        # All rows' tables as one list, each padded to the widest: one copy into numpy.
+        null = [self.null_block] * width
+        flat: list[int] = []
+        for i in order:
             table = rows[i].block_table
-            tables[j, : len(table)] = table
+            flat += table
+            flat += null[len(table) :]
+        tables = self.block_tables[: n * width].reshape(n, width)
+        self.block_tables[: n * width] = flat
         # A token's position is its row's start plus its offset in the row.
         row_of = np.repeat(self.arange[:n], q)
         positions = self.positions.np[:num_tokens]
         np.add(self.arange[:num_tokens], (start - query_start[:n])[row_of], out=positions)
-        blocks = tables[row_of, positions // bs]
-        np.add(blocks * bs, positions % bs, out=self.slot_mapping.np[:num_tokens])
+        slots = self.slot_mapping.np[:num_tokens]
+        np.add(tables[row_of, positions // bs] * bs, positions % bs, out=slots)
+        if any(pads):
+            is_pad = self.is_pad[:num_tokens]
+            np.greater_equal(positions, (ctx - pads)[row_of], out=is_pad)
+            # Pads write the null block, never a real one; past the context length
+            # they take its last position (their outputs are never read).
+            slots[is_pad] = self.null_block * bs + positions[is_pad] % bs
+            np.minimum(positions, self.max_model_len - 1, out=positions)
         logit_rows: list[int] = []
         for i, row in enumerate(rows):
             if row.num_logits:
-                logit_rows += range(ends[i] - row.num_logits, ends[i])
+                last = ends[i] - row.num_pad
+                logit_rows += range(last - row.num_logits, last)
         self.logit_rows.np[: len(logit_rows)] = logit_rows
         batch = AttentionBatch(
             bs,
@@ -140,7 +172,7 @@ class InputBatch:
             ctx,
             query_start,
             self.table_lens[:n],
-            self.block_tables.copy(n * width).view(n, width),
+            tables,
             self.slot_mapping.copy(num_tokens),
         )
         inputs = ModelInputs(
@@ -159,7 +191,8 @@ class InputBatch:
         limit = self.attention.max_short_query
         if not limit:
             return list(range(len(rows)))
-        short = [i for i, row in enumerate(rows) if len(row.token_ids) <= limit]
+        short = [i for i, row in enumerate(rows) if len(row.token_ids) + row.num_pad <= limit]
         if len(short) == len(rows):
             return short
-        return short + [i for i, row in enumerate(rows) if len(row.token_ids) > limit]
+        taken = set(short)
+        return short + [i for i in range(len(rows)) if i not in taken]

@@ -120,7 +120,9 @@ class BlockManager:
         cached_ids (from find_cached_prefix) are shared first, for a sequence
         that has no blocks yet.
         """
-        need = self.blocks_needed(num_tokens) - len(seq.block_table) - len(cached_ids)
+        need = -(-num_tokens // self.block_size) - len(seq.block_table) - len(cached_ids)
+        if need <= 0 and not cached_ids:  # most decodes: the last block has room
+            return True
         # Cached blocks that nobody holds sit in the free list: using them
         # takes them out of it, so they are not available for the new ones.
         idle_cached = sum(1 for b in cached_ids if self.blocks[b].ref_count == 0)

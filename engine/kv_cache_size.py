@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention_backends import select_attention_backend
+from engine.attention import AttentionBackend
 from engine.config import EngineConfig
 from engine.input_batch import BatchRow, InputBatch
-from engine.kv_cache import allocate_kv_cache, kv_cache_bytes_per_block
+from engine.kv_cache import kv_cache_bytes_per_block
 from engine.model import CausalLM
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -38,21 +38,29 @@ def share_of_ram(available: int, fraction: float, bytes_per_block: int) -> tuple
 
 
 @torch.inference_mode()
-def profile_forward(model: CausalLM, config: EngineConfig, num_tokens: int) -> None:
+def profile_forward(
+    model: CausalLM,
+    config: EngineConfig,
+    attention: AttentionBackend,
+    block_size: int,
+    num_tokens: int,
+) -> None:
     """Forwards one sequence of `num_tokens` tokens (a full step's budget) over a scratch
     KV cache, with the logits of up to max_num_seqs rows: the activations the KV cache
     must leave room for."""
-    cfg, bs, device = model.config, config.block_size, torch.device(config.device)
+    cfg, bs = model.config, block_size
     num_blocks = -(-num_tokens // bs)
-    kv_dtype = config.torch_kv_cache_dtype
-    kv_caches = allocate_kv_cache(
-        cfg.num_layers, num_blocks, bs, cfg.num_kv_heads, cfg.head_dim, kv_dtype, device
-    )
-    attention = select_attention_backend(
-        config.attention_backend, device, config.torch_dtype, cfg.head_dim, kv_dtype
+    kv_caches = attention.allocate_kv_cache(
+        cfg.num_layers, num_blocks + 1, bs, cfg.num_kv_heads, cfg.head_dim
     )
     inputs = InputBatch(
-        attention, bs, device, max_num_tokens=num_tokens, max_num_seqs=1, max_model_len=num_tokens
+        attention,
+        bs,
+        torch.device(config.device),
+        max_num_tokens=num_tokens,
+        max_num_seqs=1,
+        max_model_len=num_tokens,
+        null_block=num_blocks,
     )
     num_logits = min(num_tokens, config.max_num_seqs)
     step = inputs.build([BatchRow([0] * num_tokens, 0, list(range(num_blocks)), num_logits)])
@@ -60,7 +68,13 @@ def profile_forward(model: CausalLM, config: EngineConfig, num_tokens: int) -> N
     model.compute_logits(hidden[step.logit_rows])
 
 
-def kv_cache_num_blocks(config: EngineConfig, model: CausalLM, step_tokens: int) -> tuple[int, str]:
+def kv_cache_num_blocks(
+    config: EngineConfig,
+    model: CausalLM,
+    attention: AttentionBackend,
+    block_size: int,
+    step_tokens: int,
+) -> tuple[int, str]:
     """The number of KV blocks, and their size and how it was chosen (for the start-up
     log: "1.9 GiB: 10% of 19.0 GiB available RAM").
 
@@ -73,7 +87,7 @@ def kv_cache_num_blocks(config: EngineConfig, model: CausalLM, step_tokens: int)
     cfg = model.config
     per_block = kv_cache_bytes_per_block(
         cfg.num_layers,
-        config.block_size,
+        block_size,
         cfg.num_kv_heads,
         cfg.head_dim,
         config.torch_kv_cache_dtype,
@@ -87,7 +101,7 @@ def kv_cache_num_blocks(config: EngineConfig, model: CausalLM, step_tokens: int)
     device = torch.device(config.device)
     if device.type != "cuda":
         return share_of_ram(available_ram(), config.kv_cache_memory_fraction, per_block)
-    profile_forward(model, config, step_tokens)
+    profile_forward(model, config, attention, block_size, step_tokens)
     torch.cuda.synchronize(device)
     # The profile's activations stay reserved in torch's caching allocator, so `free`
     # already leaves room for them; so does it for other processes on the device.

@@ -17,7 +17,6 @@ from engine.core_process import (
     AbortRequest,
     AddRequest,
     ClientMessage,
-    CoreOutput,
     CoreReady,
     StepReport,
     start_engine_core,
@@ -25,9 +24,11 @@ from engine.core_process import (
 from engine.llm_engine import LLMEngine, Prompt, prompt_token_ids
 from engine.loaded_model import LoadedModel
 from engine.loader import load_tokenizer
-from engine.metrics import EngineStats, RequestMetrics
+from engine.metrics import EngineStats
+from engine.output_processor import OutputProcessor
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence as EngineSequence
 from engine.step_window import StepWindow
 
 log = logging.getLogger("semgate.engine")
@@ -51,6 +52,7 @@ class LLM:
     ) -> None:
         self.engine = LLMEngine(config or EngineConfig(**kwargs), model)
         self.tokenizer = self.engine.tokenizer
+        self.processor = OutputProcessor(self.tokenizer)
 
     def generate(
         self,
@@ -63,13 +65,49 @@ class LLM:
         # Validate every prompt before any runs, so a bad one leaves no half batch.
         seqs = [self.engine.make_sequence(p, sp) for p, sp in zip(prompts, plist, strict=True)]
         for seq in seqs:
-            self.engine.add_sequence(seq)
+            self._add(seq)
         final: dict[str, RequestOutput] = {}
-        while self.engine.has_unfinished():
-            for out in self.engine.step():
+        while self.has_unfinished():
+            for out in self.step():
                 if out.finished:
                     final[out.request_id] = out
         return [final[s.request_id] for s in seqs]
+
+    def add_request(
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        request_id: str | None = None,
+        cache_salt: str | None = None,
+    ) -> str:
+        """Queues one request (step() runs it); its id."""
+        seq = self.engine.make_sequence(prompt, params, request_id, cache_salt)
+        self._add(seq)
+        return seq.request_id
+
+    def _add(self, seq: EngineSequence) -> None:
+        prompt = seq.token_ids[: seq.num_prompt_tokens]
+        self.processor.add(seq.request_id, prompt, seq.params, seq.metrics.arrival_time)
+        try:
+            self.engine.add_sequence(seq)
+        except ValueError:
+            self.processor.forget(seq.request_id)
+            raise
+
+    def step(self) -> list[RequestOutput]:
+        """One engine step: each request that got tokens, as its output so far."""
+        outputs = []
+        for out in self.engine.step():
+            processed = self.processor.process(out)
+            if processed is None:
+                continue
+            if processed.abort:  # a stop string ended it
+                self.engine.abort(out.request_id)
+            outputs.append(processed.output)
+        return outputs
+
+    def has_unfinished(self) -> bool:
+        return self.engine.has_unfinished()
 
     def reset_prefix_cache(self) -> bool:
         """Empties the prefix cache (between runs, as vLLM's LLM.reset_prefix_cache)."""
@@ -90,8 +128,8 @@ class AsyncLLM:
     """The engine for servers: each request is an async stream of deltas.
 
     The step loop runs in a child process (engine/core_process.py). This side tokenizes
-    and validates requests, keeps each request's output so far, and hands the core's
-    per-step deltas to the waiting streams from a reader thread. Requests and aborts
+    and validates requests, and a reader thread turns the core's per-step new tokens
+    into each stream's outputs (text, stop strings: engine/output_processor.py). Requests and aborts
     are sent at once; the core applies them between steps.
     """
 
@@ -108,6 +146,9 @@ class AsyncLLM:
             raise
         self.max_model_len = ready.max_model_len
         self.vocab_size = ready.vocab_size
+        self.attention_backend = ready.attention_backend
+        self.graph_mode = ready.graph_mode
+        self.processor = OutputProcessor(self.tokenizer)
         self._streams: dict[str, _Stream] = {}
         self._stats = EngineStats(spec_method=self.config.spec_method)
         # Kept here, not in the core: an idle core reports nothing, and its window's old
@@ -148,9 +189,10 @@ class AsyncLLM:
         rid = request_id or uuid.uuid4().hex
         if rid in self._streams:
             raise ValueError(f"request id {rid!r} is already running")
-        stream = _Stream(rid, asyncio.get_running_loop(), token_ids)
+        stream = _Stream(asyncio.get_running_loop())
         self._streams[rid] = stream
-        request = AddRequest(rid, token_ids, params, cache_salt, stream.metrics.arrival_time)
+        state = self.processor.add(rid, token_ids, params)
+        request = AddRequest(rid, token_ids, params, cache_salt, state.metrics.arrival_time)
         finished = False
         try:
             self._send(request)
@@ -162,6 +204,7 @@ class AsyncLLM:
                 yield item
         finally:
             self._streams.pop(rid, None)
+            self.processor.forget(rid)
             if not finished:
                 self.abort(rid)
 
@@ -226,9 +269,15 @@ class AsyncLLM:
                 self._steps.add(report.step)
             items: list[tuple[_Stream, RequestOutput | BaseException]] = []
             for out in report.outputs:
+                processed = self.processor.process(out)
+                if processed is None:
+                    continue
+                if processed.abort:  # a stop string ended it
+                    self.abort(out.request_id)
                 if (stream := self._streams.get(out.request_id)) is not None:
-                    items.append((stream, stream.apply(out)))
+                    items.append((stream, processed.output))
             for failure in report.failures:
+                self.processor.forget(failure.request_id)
                 if (stream := self._streams.get(failure.request_id)) is not None:
                     kind = ValueError if failure.invalid else RuntimeError
                     items.append((stream, kind(failure.message)))
@@ -241,35 +290,11 @@ class AsyncLLM:
 
 
 class _Stream:
-    """One request's stream, and its output so far, rebuilt from the core's deltas."""
+    """Where one request's outputs go: a queue read on its caller's event loop."""
 
-    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop, prompt: list[int]) -> None:
-        self.request_id = request_id
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        self.prompt_token_ids = prompt
-        self.token_ids: list[int] = []
-        self.text = ""
-        self.metrics = RequestMetrics()
-
-    def apply(self, out: CoreOutput) -> RequestOutput:
-        self.token_ids += out.new_token_ids
-        self.text += out.delta_text
-        token_times = self.metrics.token_times  # kept here: only new times travel
-        token_times += out.metrics.token_times
-        m = self.metrics = replace(out.metrics, token_times=token_times)
-        return RequestOutput(
-            request_id=self.request_id,
-            prompt_token_ids=self.prompt_token_ids,
-            token_ids=list(self.token_ids),
-            text=self.text,
-            delta_token_ids=out.new_token_ids,
-            delta_text=out.delta_text,
-            finished=out.finished,
-            finish_reason=out.finish_reason,
-            stop_reason=out.stop_reason,
-            metrics=m,
-        )
 
 
 def _deliver(items: list[tuple[_Stream, RequestOutput | BaseException]]) -> None:

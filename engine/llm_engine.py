@@ -5,20 +5,22 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import replace
 
 import torch
 
+from engine.attention import AttentionSpec
+from engine.attention_backends import select_attention_backend
 from engine.config import EngineConfig
-from engine.detokenizer import IncrementalDetokenizer
 from engine.kv_cache import BlockManager
 from engine.kv_cache_size import kv_cache_num_blocks
 from engine.loaded_model import LoadedModel, load_model, model_key
 from engine.metrics import EngineStats
 from engine.model_runner import ModelRunner
-from engine.outputs import RequestOutput
+from engine.outputs import CoreOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSequence, Scheduler
-from engine.sequence import Sequence
+from engine.sequence import Sequence, Status
 from engine.spec import Speculator, build_speculator
 from engine.step_window import StepTime, StepWindow
 from engine.tokenizer import Tokenizer
@@ -70,23 +72,28 @@ class LLMEngine:
         model_config, self.tokenizer, self.model = model.config, model.tokenizer, model.model
         self.model_config = model_config
         self.max_model_len = model.max_model_len
+        spec = AttentionSpec(
+            device, config.torch_dtype, config.torch_kv_cache_dtype, model_config.head_dim
+        )
+        attention = select_attention_backend(config.attention_backend, spec)
+        self.block_size = config.block_size or attention.preferred_block_size
         # Without chunking a prompt must fit one step, so the budget covers the longest.
         budget = config.max_num_batched_tokens
         if not config.enable_chunked_prefill:
             budget = max(budget, self.max_model_len)
         # Before anything else takes memory: on CUDA it measures what the weights and a
         # forward of one step's budget leave free.
-        num_blocks, kv_cache_size = kv_cache_num_blocks(config, self.model, budget)
-        if num_blocks * config.block_size < self.max_model_len:
+        num_blocks, kv_cache_size = kv_cache_num_blocks(
+            config, self.model, attention, self.block_size, budget
+        )
+        if num_blocks * self.block_size < self.max_model_len:
             raise ValueError(
-                f"{num_blocks} KV blocks of {config.block_size} tokens ({kv_cache_size}) cannot "
+                f"{num_blocks} KV blocks of {self.block_size} tokens ({kv_cache_size}) cannot "
                 f"hold one request of max_model_len={self.max_model_len}; lower max_model_len "
                 "or give the cache more memory (kv_cache_memory, kv_cache_memory_fraction, "
                 "gpu_memory_utilization)"
             )
-        self.block_manager = BlockManager(
-            num_blocks, config.block_size, config.enable_prefix_caching
-        )
+        self.block_manager = BlockManager(num_blocks, self.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(
             self.block_manager,
             max_num_seqs=config.max_num_seqs,
@@ -97,15 +104,15 @@ class LLMEngine:
         )
         self.runner = ModelRunner(
             self.model,
+            attention=attention,
             num_blocks=num_blocks,
-            block_size=config.block_size,
+            block_size=self.block_size,
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=budget,
             max_model_len=self.max_model_len,
             device=device,
-            dtype=config.torch_dtype,
-            kv_cache_dtype=config.torch_kv_cache_dtype,
-            attention_backend=config.attention_backend,
+            enforce_eager=bool(config.enforce_eager),
+            max_spec_tokens=config.num_spec_tokens if config.spec_method else 0,
             seed=config.seed,
         )
         self.sequences: dict[str, Sequence] = {}
@@ -115,8 +122,10 @@ class LLMEngine:
         self.speculator = build_speculator(
             config, self.model, self.runner, self.block_manager, self.max_model_len, self.stats
         )
+        self.runner.capture_graphs()
         log.info(
-            "engine ready in %.2fs: %s on %s (%s, weights %s), %d %s KV blocks (%s), attention=%s",
+            "engine ready in %.2fs: %s on %s (%s, weights %s), %d %s KV blocks of %d tokens "
+            "(%s), attention=%s, %s",
             time.perf_counter() - started,
             config.model_path.name,
             config.device,
@@ -124,8 +133,10 @@ class LLMEngine:
             config.quantization or config.dtype,
             num_blocks,
             config.kv_cache_dtype,
+            self.block_size,
             kv_cache_size,
-            self.runner.attention.name,
+            attention.name,
+            self.runner.graph_mode,
         )
         if self.speculator is not None:
             log.info("speculative decoding: %s", self.speculator.description)
@@ -148,8 +159,7 @@ class LLMEngine:
     ) -> Sequence:
         """A request whose token ids `prompt_token_ids` has already checked (AsyncLLM checks
         them in the caller's process, off the step loop)."""
-        detokenizer = IncrementalDetokenizer(self.tokenizer, params.stop)
-        return Sequence(request_id, token_ids, params, detokenizer, cache_salt)
+        return Sequence(request_id, token_ids, params, cache_salt)
 
     def add_sequence(self, seq: Sequence) -> None:
         if seq.request_id in self.sequences:
@@ -186,17 +196,18 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
-    def abort(self, request_id: str) -> RequestOutput | None:
+    def abort(self, request_id: str) -> CoreOutput | None:
         """Ends a request now and frees its KV blocks; None if it is not running."""
         seq = self.sequences.get(request_id)
         if seq is None:
             return None
         self.scheduler.finish(seq, "abort")
         self._forget(seq)
-        return self._output(seq)
+        return self._output(seq, 0, time.perf_counter())
 
-    def step(self) -> list[RequestOutput]:
-        """One step: schedule -> run -> update -> outputs."""
+    def step(self) -> list[CoreOutput]:
+        """One step: schedule -> run -> update -> the new tokens of each request that got
+        some (engine/output_processor.py turns them into RequestOutputs)."""
         step_started = time.perf_counter()
         self.last_step = None
         scheduled = self.scheduler.schedule()
@@ -212,7 +223,7 @@ class LLMEngine:
             for item, tokens in zip(sampling, new_tokens, strict=True):
                 spec.record(item.seq, len(item.spec_token_ids), len(tokens))
         sampled = self.scheduler.update(scheduled, new_tokens)
-        for seq in sampled:
+        for seq, _ in sampled:
             if seq.finished:
                 self._forget(seq)
         num_computed = sum(item.num_new_tokens for item in scheduled)
@@ -220,7 +231,8 @@ class LLMEngine:
         if spec is not None:
             spec.observe_step(num_computed, seconds)
             self._propose(spec)
-        outputs = [self._output(seq) for seq in sampled]
+        now = time.perf_counter()
+        outputs = [self._output(seq, appended, now) for seq, appended in sampled]
         step_seconds = time.perf_counter() - step_started
         self.last_step = StepTime(step_seconds, num_prefill, num_computed - num_prefill)
         self.step_window.add(self.last_step)
@@ -243,23 +255,21 @@ class LLMEngine:
             self.speculator.release(seq.request_id)
         del self.sequences[seq.request_id]
 
-    def _output(self, seq: Sequence) -> RequestOutput:
-        output_ids = seq.output_token_ids
-        emitted, seq.num_emitted_tokens = seq.num_emitted_tokens, len(output_ids)
-        return RequestOutput(
-            request_id=seq.request_id,
-            prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
-            token_ids=output_ids,
-            text=seq.detokenizer.text,
-            delta_token_ids=output_ids[emitted:],
-            delta_text=seq.detokenizer.take_delta(seq.finished),
-            finished=seq.finished,
-            finish_reason=seq.finish_reason,
-            stop_reason=seq.stop_reason,
-            metrics=seq.metrics,
-        )
+    @staticmethod
+    def _output(seq: Sequence, appended: int, now: float) -> CoreOutput:
+        """The tokens seq kept this step, and its counters when they are news: with its
+        first tokens (its queue and prefill are over) and when it finishes."""
+        tokens = seq.token_ids
+        finished = seq.status is Status.FINISHED
+        metrics = None
+        if finished or len(tokens) - seq.num_prompt_tokens == appended:
+            metrics = replace(seq.metrics, token_times=[])
+        new = tokens[len(tokens) - appended :]
+        return CoreOutput(seq.request_id, new, finished, seq.finish_reason, now, metrics)
 
-    def get_stats(self) -> EngineStats:
+    def get_stats(self, window: bool = True) -> EngineStats:
+        """The counters and gauges; with `window`, the last minute's steps too (the core
+        process sends none: its client keeps its own window of the steps it reports)."""
         s = self.stats
         s.num_running = len(self.scheduler.running)
         s.num_waiting = len(self.scheduler.waiting)
@@ -268,7 +278,8 @@ class LLMEngine:
         s.prefix_cache_hits = self.scheduler.prefix_cache_hits
         s.num_preemptions = self.scheduler.num_preemptions
         s.generation_tokens = self.scheduler.num_generated_tokens
-        s.steps = self.step_window.stats()
+        if window:
+            s.steps = self.step_window.stats()
         return s
 
 

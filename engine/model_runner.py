@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention_backends import select_attention_backend
+from engine.attention import AttentionBackend
+from engine.graph_runner import GraphRunner, batch_buckets
 from engine.input_batch import BatchRow, InputBatch
-from engine.kv_cache import allocate_kv_cache
 from engine.model import CausalLM
 from engine.sampler import Sampler
 from engine.sampling_params import MAX_SEED
@@ -26,45 +26,73 @@ class ModelRunner:
         self,
         model: CausalLM,
         *,
+        attention: AttentionBackend,
         num_blocks: int,
         block_size: int,
         max_num_seqs: int,
         max_num_batched_tokens: int,
         max_model_len: int,
         device: torch.device,
-        dtype: torch.dtype,
-        kv_cache_dtype: torch.dtype,
-        attention_backend: str,
+        enforce_eager: bool,
+        max_spec_tokens: int,
         seed: int,
     ) -> None:
+        """max_spec_tokens: the most proposals a sequence gets in one step (0 without
+        speculation); enforce_eager: no bucket padding, no CUDA graphs."""
         cfg = model.config
         self.model = model
         self.block_size = block_size
         self.device = device
-        self.attention = select_attention_backend(
-            attention_backend, device, dtype, cfg.head_dim, kv_cache_dtype
-        )
+        self.attention = attention
+        max_query_len = 1 + max_spec_tokens
+        max_num_tokens = max_num_batched_tokens
+        if not enforce_eager:  # a bucket of verification rows, padded, is one step
+            max_num_tokens = max(max_num_tokens, batch_buckets(max_num_seqs)[-1] * max_query_len)
         # One builder serves the target's steps and the draft's: the target's step is
         # over (its logits consumed) before the draft proposes.
         self.inputs = InputBatch(
             self.attention,
             block_size,
             device,
-            max_num_tokens=max_num_batched_tokens,
+            max_num_tokens=max_num_tokens,
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
+            null_block=num_blocks,
+            max_pad_tokens=max_spec_tokens if not enforce_eager else 0,
         )
-        self.kv_caches = allocate_kv_cache(
-            cfg.num_layers,
-            num_blocks,
-            block_size,
-            cfg.num_kv_heads,
-            cfg.head_dim,
-            kv_cache_dtype,
-            device,
+        # One block more than the block manager's: the null block (see InputBatch).
+        self.kv_caches = self.attention.allocate_kv_cache(
+            cfg.num_layers, num_blocks + 1, block_size, cfg.num_kv_heads, cfg.head_dim
+        )
+        self.graphs = (
+            None
+            if enforce_eager
+            else GraphRunner(
+                model,
+                self.attention,
+                self.kv_caches,
+                self.inputs,
+                max_num_seqs=max_num_seqs,
+                max_query_len=max_query_len,
+                capture=device.type == "cuda",
+            )
         )
         self.sampler = Sampler(device, seed)
         self.drafter: DraftProposer | None = None  # set by the engine for draft-model spec
+
+    def capture_graphs(self) -> None:
+        """Captures the decode steps' CUDA graphs (on CUDA, unless enforce_eager)."""
+        if self.graphs is not None:
+            self.graphs.capture_graphs()
+
+    @property
+    def graph_mode(self) -> str:
+        """How decode steps run, for logs and stats."""
+        if self.graphs is None:
+            return "eager"
+        if self.graphs.graphs:
+            return f"CUDA graphs for batch sizes {self.graphs.buckets}"
+        return "padded to batch sizes, eagerly"
 
     def _to_device(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long).to(self.device, non_blocking=True)
@@ -118,11 +146,11 @@ class ModelRunner:
                 logits_of_plain = logits[self._to_device([starts[i] for i in plain])]
             else:
                 logits_of_plain = logits
-            tokens = self.sampler(
-                logits_of_plain,
-                [sampling[i].seq.params for i in plain],
-                [self._seeded_generator(sampling[i].seq) for i in plain],
-            )
+            params = [sampling[i].seq.params for i in plain]
+            # A greedy row draws nothing: no generators unless some row samples.
+            sampled = not all(p.greedy for p in params)
+            generators = [self._seeded_generator(sampling[i].seq) for i in plain] if sampled else []
+            tokens = self.sampler(logits_of_plain, params, generators)
             for i, token in zip(plain, tokens, strict=True):
                 out[i] = [token]
         speculating = [i for i, item in enumerate(sampling) if item.spec_token_ids]
@@ -147,16 +175,22 @@ class ModelRunner:
     def compute_logits(self, batch: list[ScheduledSequence]) -> torch.Tensor | None:
         """Forwards the batch (writing its KV); float32 logits of the sampling rows in
         batch order: the last token's, and for a speculating sequence also each
-        proposed token's."""
-        inputs = self.inputs.build([batch_row(item) for item in batch])
-        hidden = self.model(
-            inputs.input_ids, inputs.positions, self.attention, self.kv_caches, inputs.attn_meta
-        )
+        proposed token's. A step of decodes and verifications runs padded to its
+        bucket (engine/graph_runner.py) unless enforce_eager."""
+        rows = [batch_row(item) for item in batch]
+        key = self.graphs.plan(rows) if self.graphs is not None else None
+        if self.graphs is not None and key is not None:
+            inputs, hidden = self.graphs.run(rows, key)
+        else:
+            inputs = self.inputs.build(rows)
+            hidden = self.model(
+                inputs.input_ids, inputs.positions, self.attention, self.kv_caches, inputs.attn_meta
+            )
         if self.drafter is not None:
             self.drafter.keep_in_step(inputs)
         if not len(inputs.logit_rows):
             return None
-        return self.model.compute_logits(hidden[inputs.logit_rows])
+        return self.model.compute_logits(hidden.index_select(0, inputs.logit_rows))
 
 
 def batch_row(item: ScheduledSequence) -> BatchRow:

@@ -1,19 +1,37 @@
-"""What the engine hands back for a request: a delta per step, the whole so far."""
+"""What the engine hands back for a request: the core's new tokens each step, and the
+output a caller sees (engine/output_processor.py makes one from the other)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from engine.metrics import RequestMetrics
+
+
+class CoreOutput(NamedTuple):
+    """One request's progress in one step of the engine core: only what is new, so a
+    step's report stays small however long its requests have run."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None  # "stop" (an EOS token), "length" or "abort" once finished
+    time: float  # when the step appended them (time.perf_counter)
+    # The request's counters and timestamps (token_times left out): with its first
+    # tokens and when it finishes, None in between.
+    metrics: RequestMetrics | None
 
 
 @dataclass
 class RequestOutput:
     request_id: str
     prompt_token_ids: list[int]
-    token_ids: list[int]  # every output token so far
-    # Output text so far, stop strings excluded. AsyncLLM's is the text handed out so far:
-    # while streaming it lacks a tail that may still become a stop string.
+    # Every output token so far: the request's own list, which grows as it runs (copy it
+    # to keep a snapshot of a stream's earlier output).
+    token_ids: list[int]
+    # Output text so far, stop strings excluded. While streaming it may end in a tail
+    # that is not handed out yet (delta_text) because it could still become a stop string.
     text: str
     delta_token_ids: list[int]  # new since the previous output of this request
     delta_text: str

@@ -66,6 +66,7 @@ class Sampler:
         params: list[SamplingParams],
         generators: list[torch.Generator | None],
     ) -> list[int]:
+        """generators: each row's own (seeded requests), or [] when every row is greedy."""
         greedy = logits.argmax(dim=-1)
         if all(p.greedy for p in params):
             return greedy.tolist()

@@ -17,23 +17,26 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from engine.kv_cache import BlockManager
 from engine.sequence import Sequence, Status
 
 
-@dataclass(frozen=True)
-class ScheduledSequence:
+class ScheduledSequence(NamedTuple):  # a tuple: 64 are made every decode step
     seq: Sequence
     num_new_tokens: int  # query tokens this step, spec_token_ids included
-    spec_token_ids: tuple[int, ...] = ()  # proposed tokens to verify after the last one
+    spec_token_ids: tuple[int, ...]  # proposed tokens to verify after the last one
+    # Whether this step computes the sequence's last token, so it gets a new one.
+    samples: bool
 
-    @property
-    def samples(self) -> bool:
-        """Whether this step computes the sequence's last token, so it gets a new one."""
-        num_real = self.num_new_tokens - len(self.spec_token_ids)
-        return self.seq.num_computed_tokens + num_real == self.seq.num_tokens
+    @classmethod
+    def of(
+        cls, seq: Sequence, num_new_tokens: int, spec_token_ids: tuple[int, ...] = ()
+    ) -> ScheduledSequence:
+        num_real = num_new_tokens - len(spec_token_ids)
+        samples = seq.num_computed_tokens + num_real == len(seq.token_ids)
+        return cls(seq, num_new_tokens, spec_token_ids, samples)
 
 
 class Scheduler:
@@ -100,7 +103,7 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                scheduled.append(ScheduledSequence(seq, num_new, spec))
+                scheduled.append(ScheduledSequence.of(seq, num_new, spec))
                 budget -= num_new
         # Admitted prompts the budget did not reach this step wait behind other work.
         served = {id(item.seq) for item in scheduled}
@@ -131,7 +134,7 @@ class Scheduler:
                 seq.metrics.first_scheduled_time = time.perf_counter()
                 seq.metrics.num_cached_tokens = num_cached
             self.running.append(seq)
-            scheduled.append(ScheduledSequence(seq, num_new))
+            scheduled.append(ScheduledSequence.of(seq, num_new))
             budget -= num_new
         return scheduled
 
@@ -148,13 +151,14 @@ class Scheduler:
 
     def update(
         self, scheduled: list[ScheduledSequence], new_tokens: list[list[int]]
-    ) -> list[Sequence]:
+    ) -> list[tuple[Sequence, int]]:
         """Applies a step's results: new_tokens holds, in order, the tokens of each
         scheduled sequence that sampled (see ScheduledSequence.samples). Returns those
-        sequences, finished ones included (stopped, or out of length)."""
+        sequences, finished ones included (stopped, or out of length), each with the
+        number of tokens it kept."""
         now = time.perf_counter()
         tokens_of = iter(new_tokens)
-        sampled: list[Sequence] = []
+        sampled: list[tuple[Sequence, int]] = []
         for item in scheduled:
             seq = item.seq
             if not seq.metrics.token_times:
@@ -163,10 +167,10 @@ class Scheduler:
                 seq.num_computed_tokens += item.num_new_tokens
                 self.block_manager.cache_full_blocks(seq)
                 continue
-            sampled.append(seq)
             before = seq.num_tokens
             finish = self._append_tokens(seq, next(tokens_of), now)  # may stop inside the run
             appended = seq.num_tokens - before
+            sampled.append((seq, appended))
             self.num_generated_tokens += appended
             # KV stays valid for this step's real inputs and the kept proposals: every
             # appended token but the newest. Slots past that (rejected proposals) are
@@ -181,15 +185,12 @@ class Scheduler:
 
     def _append_tokens(self, seq: Sequence, tokens: list[int], now: float) -> str | None:
         """Appends tokens in order until one of them ends the request; returns the finish
-        reason (None: the request goes on)."""
+        reason (None: the request goes on). Stop strings are the front end's
+        (engine/output_processor.py)."""
         for token in tokens:
             seq.token_ids.append(token)
             seq.metrics.token_times.append(now)
             if token in self.eos_token_ids and not seq.params.ignore_eos:
-                return "stop"
-            stop = seq.detokenizer.add(token)
-            if stop is not None:
-                seq.stop_reason = stop
                 return "stop"
             params = seq.params
             if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:

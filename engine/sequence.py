@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from enum import Enum, auto
 
-from engine.detokenizer import IncrementalDetokenizer
 from engine.metrics import RequestMetrics
 from engine.sampling_params import SamplingParams
 
@@ -16,12 +15,27 @@ class Status(Enum):
 
 
 class Sequence:
+    # Slots: the step loop reads a handful of these for every running sequence.
+    __slots__ = (
+        "block_hashes",
+        "block_table",
+        "cache_salt",
+        "finish_reason",
+        "metrics",
+        "num_computed_tokens",
+        "num_prompt_tokens",
+        "params",
+        "request_id",
+        "spec_token_ids",
+        "status",
+        "token_ids",
+    )
+
     def __init__(
         self,
         request_id: str,
         prompt_token_ids: list[int],
         params: SamplingParams,
-        detokenizer: IncrementalDetokenizer,
         cache_salt: str | None = None,
     ) -> None:
         self.request_id = request_id
@@ -29,7 +43,6 @@ class Sequence:
         self.token_ids = list(prompt_token_ids)  # prompt, then output
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
-        self.detokenizer = detokenizer
         self.status = Status.WAITING
         # Tokens whose KV is in the cache. A preempted sequence drops back to 0
         # and recomputes prompt + output so far (preemption by recompute).
@@ -37,9 +50,7 @@ class Sequence:
         self.block_table: list[int] = []
         self.block_hashes: list[bytes] = []  # chained hashes of its full, computed blocks
         self.spec_token_ids: list[int] = []  # proposed continuation, verified next step
-        self.num_emitted_tokens = 0  # output tokens already handed out in RequestOutputs
         self.finish_reason: str | None = None
-        self.stop_reason: str | None = None
         self.metrics = RequestMetrics()
 
     @property

@@ -22,6 +22,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 from cache import DEFAULT_THRESHOLD, Thresholds
 from cache.store import check_ttl
 from engine.config import (
+    BACKEND_CHOICES,
     DEFAULT_MODEL,
     DEFAULT_NUM_SPEC_TOKENS,
     KV_CACHE_DTYPE_CHOICES,
@@ -60,6 +61,11 @@ class EngineSettings:
     num_threads: int | None = None
     quantization: str = "auto"  # "auto" (int4 on CPU) | "none" | "int8" | "int4"
     kv_cache_dtype: str = "auto"  # "auto" (the model's dtype) | "float32" | "bfloat16" | ...
+    # "auto" (flash-attn-4 on an NVIDIA GPU, semgate's kernel on a CPU, else SDPA) |
+    # "flash" | "cpu" | "torch" (engine/attention_backends.py)
+    attention_backend: str = "auto"
+    block_size: int | None = None  # tokens a KV block holds (default: the backend's)
+    enforce_eager: bool | None = None  # no CUDA graphs (default: graphs on CUDA only)
     # KV cache: explicit bytes, else a share of the available RAM (CPU) or of the GPU.
     kv_cache_memory: int | None = None
     kv_cache_memory_fraction: float = 0.1
@@ -74,6 +80,7 @@ class EngineSettings:
             raise ValueError("max_waiting must be >= 0")
         check_choice("quantization", self.quantization, QUANTIZATION_CHOICES)
         check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPE_CHOICES)
+        check_choice("attention_backend", self.attention_backend, BACKEND_CHOICES)
 
     def config(self) -> EngineConfig:
         """The engine's configuration (which resolves the model and checks the rest)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.kv_cache import allocate_kv_cache
 from engine.spec.draft import DraftProposer
 from engine.spec.ngram import NgramProposer
 from engine.spec.speculator import Speculator
@@ -82,13 +81,12 @@ def _drafter(
     draft = CausalLM(
         draft_cfg, weights, max_model_len, runner.device, config.torch_dtype, config.quantization
     )
-    kv_caches = allocate_kv_cache(
+    # The target's block ids and slots, its null block included.
+    kv_caches = runner.attention.allocate_kv_cache(
         draft_cfg.num_layers,
-        num_blocks,
-        config.block_size,
+        num_blocks + 1,
+        runner.block_size,
         draft_cfg.num_kv_heads,
         draft_cfg.head_dim,
-        config.torch_kv_cache_dtype,
-        runner.device,
     )
     return DraftProposer(draft, kv_caches, draft_cfg.num_layers, runner.inputs, False)

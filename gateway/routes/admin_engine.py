@@ -29,6 +29,8 @@ class LastMinuteView(msgspec.Struct):
 
 class EngineStatsView(msgspec.Struct):
     model: str
+    attention_backend: str  # "flash", "cpu" or "torch" (engine/attention_backends.py)
+    decode_steps: str  # "eager", or the batch sizes captured as CUDA graphs
     running: int
     waiting: int
     kv_cache_usage: float  # fraction of KV blocks in use
@@ -82,6 +84,8 @@ async def engine_stats(runtime: Runtime) -> EngineStatsView:
                        "engine_loading", retry_after=2)  # fmt: skip
     return EngineStatsView(
         model=g.model,
+        attention_backend=g.attention_backend,
+        decode_steps=g.decode_steps,
         running=g.running,
         waiting=g.waiting,
         kv_cache_usage=round(g.kv_cache_usage, 4),

@@ -67,6 +67,8 @@ class EngineGauges:
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     steps: StepWindowStats | None = None  # the last minute's step time, prefill vs decode
+    attention_backend: str = ""  # the engine's (engine/attention_backends.py)
+    decode_steps: str = ""  # how decode steps run: eagerly, or as CUDA graphs of which sizes
 
 
 @dataclass(frozen=True)

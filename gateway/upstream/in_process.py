@@ -88,6 +88,8 @@ class InProcessEngine:
             spec_accepted_tokens=stats.spec_accepted_tokens,
             num_preemptions=stats.num_preemptions,
             steps=stats.steps,
+            attention_backend=self.llm.attention_backend,
+            decode_steps=self.llm.graph_mode,
         )
 
     def health(self) -> list[UpstreamHealth]:

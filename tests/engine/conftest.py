@@ -105,7 +105,7 @@ def first_step_logits(engine: LLMEngine, token_ids: list[int]) -> torch.Tensor:
     seq = engine.make_sequence(token_ids, SamplingParams(max_tokens=1))
     assert engine.block_manager.allocate(seq, len(token_ids))
     try:
-        logits = engine.runner.compute_logits([ScheduledSequence(seq, len(token_ids))])
+        logits = engine.runner.compute_logits([ScheduledSequence.of(seq, len(token_ids))])
     finally:
         engine.block_manager.free_sequence(seq)
     assert logits is not None

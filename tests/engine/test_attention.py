@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from engine.attention import AttentionBackend, TorchAttention
+from engine.attention import AttentionBackend, AttentionSpec
 from engine.attention_backends import select_attention_backend
 from engine.input_batch import BatchRow, InputBatch
 from tests.engine.conftest import needs_kernels
@@ -17,11 +17,13 @@ BLOCK, HEADS, KV_HEADS, DIM = 16, 9, 3, 64
 CPU = torch.device("cpu")
 
 
+def _backend(name: str, dim: int = DIM) -> AttentionBackend:
+    return select_attention_backend(name, AttentionSpec(CPU, torch.float32, torch.float32, dim))
+
+
 @pytest.fixture(params=["torch", pytest.param("cpu", marks=needs_kernels)])
 def backend(request) -> AttentionBackend:
-    if request.param == "torch":
-        return TorchAttention(CPU)
-    return select_attention_backend("cpu", CPU, torch.float32, DIM)
+    return _backend(request.param)
 
 
 @pytest.fixture(params=[torch.float32, torch.bfloat16], ids=["f32-kv", "bf16-kv"])
@@ -46,7 +48,8 @@ def _attend(
     slot's k and v; the backend first writes every key its rows see, in its own cache
     layout and kv_dtype, then runs the step (whose new k/v are the same values again)."""
     num_blocks = source.shape[1]
-    kv_cache = torch.zeros_like(source, dtype=kv_dtype)
+    # The source's blocks, then the null block.
+    kv_cache = torch.zeros(2, num_blocks + 1, *source.shape[2:], dtype=kv_dtype)
 
     def step(batch: list[BatchRow], q: torch.Tensor) -> torch.Tensor:
         tokens = max(sum(len(r.token_ids) for r in batch), 64)
@@ -57,6 +60,7 @@ def _attend(
             max_num_tokens=tokens,
             max_num_seqs=8,
             max_model_len=num_blocks * BLOCK,
+            null_block=num_blocks,
         )
         meta = inputs.build(batch).attn_meta
         k, v = (c.view(-1, KV_HEADS, DIM)[meta.slot_mapping] for c in source)
@@ -129,18 +133,23 @@ def test_the_cpu_kernel_computes_attention(heads, kv_heads, dim, kv_dtype):
     stores them: a bfloat16 cache must round as torch does); and each prompt alone
     gives its rows the same bits as the three together."""
     torch.manual_seed(3)
-    backend = select_attention_backend("cpu", CPU, torch.float32, dim)
+    backend = _backend("cpu", dim)
     tables = [[7, 3, 9], [12], [40, 41, 2, 5]]
     lens = [37, 5, 55]
 
     def attend(prompts: list[int], q, k, v) -> torch.Tensor:
         rows = [_row(lens[i], lens[i], tables[i]) for i in prompts]
-        meta = (
-            InputBatch(backend, BLOCK, CPU, max_num_tokens=128, max_num_seqs=8, max_model_len=1024)
-            .build(rows)
-            .attn_meta
+        inputs = InputBatch(
+            backend,
+            BLOCK,
+            CPU,
+            max_num_tokens=128,
+            max_num_seqs=8,
+            max_model_len=1024,
+            null_block=64,
         )
-        kv_cache = torch.zeros(2, 64, BLOCK, kv_heads, dim, dtype=kv_dtype)
+        meta = inputs.build(rows).attn_meta
+        kv_cache = torch.zeros(2, 65, BLOCK, kv_heads, dim, dtype=kv_dtype)
         return backend.forward(q, k, v, kv_cache, meta).view(-1, heads, dim)
 
     q, k, v = (torch.randn(sum(lens), h, dim) for h in (heads, kv_heads, kv_heads))

@@ -33,12 +33,11 @@ def test_chunked_prefill_on_and_off(make_llm, alone):
 
 def test_long_prompt_is_split_across_steps(make_llm):
     llm = make_llm(enable_chunked_prefill=True, max_num_batched_tokens=24, max_num_seqs=16)
-    engine = llm.engine
-    engine.add_request(PROMPTS[-1] * 3, SamplingParams(max_tokens=2, temperature=0.0))
+    llm.add_request(PROMPTS[-1] * 3, SamplingParams(max_tokens=2, temperature=0.0))
     steps = 0
     outputs = []
-    while engine.has_unfinished():
-        outputs += engine.step()
+    while llm.has_unfinished():
+        outputs += llm.step()
         steps += 1
     # A long prompt under a 24-token budget: chunks, then its first token with the
     # last chunk, then one decode step.
@@ -91,13 +90,13 @@ def test_preemption_by_recompute_keeps_outputs(make_llm, alone):
 
 
 def test_cache_salt_shares_blocks_only_within_a_salt(make_llm):
-    engine = make_llm().engine
-    assert engine.reset_prefix_cache()
+    llm = make_llm()
+    assert llm.reset_prefix_cache()
 
     def cached_tokens(salt: str | None) -> int:
-        rid = engine.add_request(PROMPTS[-1], GREEDY_32, cache_salt=salt)
-        while engine.has_unfinished():
-            for out in engine.step():
+        rid = llm.add_request(PROMPTS[-1], GREEDY_32, cache_salt=salt)
+        while llm.has_unfinished():
+            for out in llm.step():
                 if out.request_id == rid and out.finished:
                     finished = out
         return finished.num_cached_tokens

@@ -5,56 +5,49 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.attention import TorchAttention
-from engine.config import DEFAULT_MODEL, resolve_model_path
-from engine.detokenizer import IncrementalDetokenizer
+from engine.attention import AttentionSpec
 from engine.input_batch import InputBatch
 from engine.kv_cache import BlockManager, slot_of
-from engine.loader import load_tokenizer
 from engine.model_runner import batch_row
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
-from engine.tokenizer import Tokenizer
+from engine.torch_attention import TorchAttention
 
 BLOCK = 16
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return load_tokenizer(resolve_model_path(DEFAULT_MODEL))
+NULL_BLOCK = 32  # past the block managers' 32
+TORCH = TorchAttention(AttentionSpec(CPU, torch.float32, torch.float32, 64))
 
 
 def _builder(max_num_tokens: int = 64, max_num_seqs: int = 8) -> InputBatch:
     return InputBatch(
-        TorchAttention(CPU),
+        TORCH,
         BLOCK,
         CPU,
         max_num_tokens=max_num_tokens,
         max_num_seqs=max_num_seqs,
         max_model_len=256,
+        null_block=NULL_BLOCK,
     )
 
 
-def _sequence(tokenizer: Tokenizer, name: str, num_tokens: int, computed: int) -> Sequence:
+def _sequence(name: str, num_tokens: int, computed: int) -> Sequence:
     params = SamplingParams(max_tokens=16)
-    seq = Sequence(
-        name, list(range(100, 100 + num_tokens)), params, IncrementalDetokenizer(tokenizer, [])
-    )
+    seq = Sequence(name, list(range(100, 100 + num_tokens)), params)
     seq.num_computed_tokens = computed
     return seq
 
 
-def test_steps_of_one_size_reuse_the_same_buffers(tokenizer):
+def test_steps_of_one_size_reuse_the_same_buffers():
     bm = BlockManager(32, BLOCK, enable_prefix_caching=False)
-    seqs = [_sequence(tokenizer, str(i), n, n - 1) for i, n in enumerate((5, 20, 40))]
+    seqs = [_sequence(str(i), n, n - 1) for i, n in enumerate((5, 20, 40))]
     for seq in seqs:
         assert bm.allocate(seq, seq.num_tokens + 1)
     builder = _builder()
 
     def step() -> list[torch.Tensor]:
-        inputs = builder.build([batch_row(ScheduledSequence(s, 1)) for s in seqs])
+        inputs = builder.build([batch_row(ScheduledSequence.of(s, 1)) for s in seqs])
         short = inputs.attn_meta.short
         return [
             inputs.input_ids,
@@ -76,23 +69,23 @@ def test_steps_of_one_size_reuse_the_same_buffers(tokenizer):
     assert second[1].tolist() == [p + 1 for p in positions]
 
 
-def test_rows_go_short_first_and_logits_come_back_in_the_given_order(tokenizer):
+def test_rows_go_short_first_and_logits_come_back_in_the_given_order():
     """A prompt's last chunk, a decode, a speculating decode and another decode,
     scheduled in that order: the backend takes the short queries first."""
     bm = BlockManager(32, BLOCK, enable_prefix_caching=False)
-    chunk = _sequence(tokenizer, "chunk", 36, 16)  # positions 16..35 this step
-    decode = _sequence(tokenizer, "decode", 21, 20)
-    spec = _sequence(tokenizer, "spec", 30, 29)
-    short = _sequence(tokenizer, "short", 5, 4)
+    chunk = _sequence("chunk", 36, 16)  # positions 16..35 this step
+    decode = _sequence("decode", 21, 20)
+    spec = _sequence("spec", 30, 29)
+    short = _sequence("short", 5, 4)
     # Interleaved allocations: the tables are not runs of consecutive blocks.
     for seq, n in ((chunk, 16), (decode, 21), (chunk, 36), (spec, 33), (short, 5)):
         assert bm.allocate(seq, n)
     proposals = (7, 8, 9)
     scheduled = [
-        ScheduledSequence(chunk, 20),
-        ScheduledSequence(decode, 1),
-        ScheduledSequence(spec, 1 + len(proposals), proposals),
-        ScheduledSequence(short, 1),
+        ScheduledSequence.of(chunk, 20),
+        ScheduledSequence.of(decode, 1),
+        ScheduledSequence.of(spec, 1 + len(proposals), proposals),
+        ScheduledSequence.of(short, 1),
     ]
     inputs = _builder().build([batch_row(item) for item in scheduled])
 
@@ -114,11 +107,11 @@ def test_rows_go_short_first_and_logits_come_back_in_the_given_order(tokenizer):
     assert inputs.logit_rows.tolist() == [25, 0, 1, 2, 3, 4, 5]
     meta = inputs.attn_meta
     assert meta.short.num_tokens == 6
-    # Tables of 2, 3 and 1 blocks, padded with block 0 to the widest.
+    # Tables of 2, 3 and 1 blocks, padded with the null block to the widest (masked keys).
     assert meta.short.block_tables.tolist() == [
-        [*decode.block_table, 0],
+        [*decode.block_table, NULL_BLOCK],
         spec.block_table,
-        [*short.block_table, 0, 0],
+        [*short.block_table, NULL_BLOCK, NULL_BLOCK],
     ]
     [c] = meta.chunks
     assert (c.start, c.end) == (6, 26)
@@ -128,13 +121,13 @@ def test_rows_go_short_first_and_logits_come_back_in_the_given_order(tokenizer):
 def test_a_block_size_the_backend_cannot_take_is_refused():
     with pytest.raises(ValueError, match="multiple of 16"):
         InputBatch(
-            TorchAttention(CPU), 8, CPU, max_num_tokens=64, max_num_seqs=8, max_model_len=256
+            TORCH, 8, CPU, max_num_tokens=64, max_num_seqs=8, max_model_len=256, null_block=0
         )
 
 
-def test_a_step_over_the_sizes_is_refused(tokenizer):
+def test_a_step_over_the_sizes_is_refused():
     bm = BlockManager(32, BLOCK, enable_prefix_caching=False)
-    seq = _sequence(tokenizer, "long", 40, 0)
+    seq = _sequence("long", 40, 0)
     assert bm.allocate(seq, 40)
     with pytest.raises(ValueError, match="40 tokens"):
-        _builder(max_num_tokens=32).build([batch_row(ScheduledSequence(seq, 40))])
+        _builder(max_num_tokens=32).build([batch_row(ScheduledSequence.of(seq, 40))])

@@ -24,11 +24,16 @@ def _bytes_per_block(llm: LLM, config: EngineConfig) -> int:
     cfg = llm.engine.model_config
     return kv_cache_bytes_per_block(
         cfg.num_layers,
-        config.block_size,
+        llm.engine.block_size,
         cfg.num_kv_heads,
         cfg.head_dim,
         config.torch_kv_cache_dtype,
     )
+
+
+def _blocks(llm: LLM, config: EngineConfig) -> tuple[int, str]:
+    engine = llm.engine
+    return kv_cache_num_blocks(config, engine.model, engine.runner.attention, engine.block_size, 64)
 
 
 def _meminfo_kib(field: str) -> int:
@@ -54,24 +59,23 @@ def test_share_of_ram_counts_whole_blocks_of_the_share():
 
 
 def test_explicit_blocks_win_then_explicit_bytes(llm):
-    model = llm.engine.model
     config = EngineConfig(num_kv_blocks=7, kv_cache_memory=1 << 30)
-    num_blocks, how = kv_cache_num_blocks(config, model, 64)
+    num_blocks, how = _blocks(llm, config)
     assert num_blocks == 7 and how.endswith(": num_kv_blocks")
     per_block = _bytes_per_block(llm, config)
     config = EngineConfig(kv_cache_memory=5 * per_block + 1)
-    assert kv_cache_num_blocks(config, model, 64) == (5, "1.8 MiB: kv_cache_memory")
-    assert kv_cache_num_blocks(EngineConfig(kv_cache_memory=1), model, 64)[0] == 1
+    assert _blocks(llm, config) == (5, "1.8 MiB: kv_cache_memory")
+    assert _blocks(llm, EngineConfig(kv_cache_memory=1))[0] == 1
 
 
 def test_cpu_default_is_a_tenth_of_available_ram(llm):
     config = EngineConfig()
     assert config.device == "cpu" and config.kv_cache_memory_fraction == 0.1
-    num_blocks, how = kv_cache_num_blocks(config, llm.engine.model, 64)
+    num_blocks, how = _blocks(llm, config)
     expected = available_ram() * 0.1 / _bytes_per_block(llm, config)
     assert num_blocks == pytest.approx(expected, rel=0.1)
     assert re.fullmatch(r"[\d.]+ [MG]iB: 10% of [\d.]+ [MG]iB available RAM", how), how
-    half, _ = kv_cache_num_blocks(EngineConfig(kv_cache_memory_fraction=0.05), llm.engine.model, 64)
+    half, _ = _blocks(llm, EngineConfig(kv_cache_memory_fraction=0.05))
     assert half == pytest.approx(num_blocks / 2, rel=0.1)
 
 
@@ -93,7 +97,8 @@ def test_profile_forward_runs_a_step_that_is_not_whole_blocks(llm):
     # a scratch cache: the engine's own KV is untouched.
     first_layer = llm.engine.runner.kv_caches[0]
     before = first_layer.clone()
-    profile_forward(llm.engine.model, llm.engine.config, 40)
+    engine = llm.engine
+    profile_forward(engine.model, engine.config, engine.runner.attention, engine.block_size, 40)
     assert torch.equal(first_layer, before)
 
 
@@ -103,7 +108,8 @@ def test_a_bfloat16_cache_holds_twice_the_blocks_in_the_same_bytes(llm):
     narrow = EngineConfig(kv_cache_memory=256 * MiB)
     assert narrow.kv_cache_dtype == "bfloat16"  # auto, for a float32 model on CPU
     assert EngineConfig(dtype="bfloat16").kv_cache_dtype == "bfloat16"  # the model's
-    assert kv_cache_num_blocks(narrow, model, 64)[0] == 2 * kv_cache_num_blocks(wide, model, 64)[0]
-    profile_forward(model, narrow, 40)  # a step over a scratch bfloat16 cache runs
+    assert _blocks(llm, narrow)[0] == 2 * _blocks(llm, wide)[0]
+    attention = llm.engine.runner.attention
+    profile_forward(model, narrow, attention, 16, 40)  # a step over a scratch bfloat16 cache runs
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, float32"):
         EngineConfig(kv_cache_dtype="fp8")

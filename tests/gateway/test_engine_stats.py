@@ -23,6 +23,8 @@ def test_engine_stats_split_the_last_minute_into_prefill_and_decode(
     assert stats.status_code == 200, stats.text
     s = stats.json()
     assert s["model"] == MODEL and s["running"] == 0 and s["waiting"] == 0
+    # The backend "auto" chose on this CPU, and no CUDA graphs here.
+    assert s["attention_backend"] in ("cpu", "torch") and s["decode_steps"] == "eager"
     assert 0 <= s["kv_cache_usage"] < 1
     minute = s["last_minute"]
     prefill, decode = minute["prefill"], minute["decode"]

@@ -33,6 +33,7 @@ def test_the_kv_cache_dtype_comes_from_the_environment_and_is_checked():
 def test_the_cli_offers_the_engine_choices():
     assert serve_command.QUANTIZATION_CHOICES == config.QUANTIZATION_CHOICES
     assert serve_command.KV_CACHE_DTYPE_CHOICES == config.KV_CACHE_DTYPE_CHOICES
+    assert serve_command.ATTENTION_BACKEND_CHOICES == config.BACKEND_CHOICES
 
 
 @pytest.mark.parametrize("ttl", ["0", str(10**20)])
