@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -34,7 +36,8 @@ def limited() -> Iterator[Server]:
             "--admin-rate-limit", "5/minute",
             "--log-format", "json",
             "--api-keys", ",".join(f"{k}:{t}" for k, t in KEYS.items()),
-        ]
+        ],
+        env={"TZ": "Asia/Kolkata"},  # local time is not UTC: the JSON log must say UTC
     )  # fmt: skip
     with serving(server):
         yield server
@@ -57,7 +60,8 @@ def test_ready_is_503_until_the_model_is_loaded(limited: Server):
 
 def test_logs_are_json_with_one_access_line_a_request(limited: Server):
     """--log-format json: every line the server and its engine process write is one
-    object, and each request gets one access line (never its key)."""
+    object stamped in UTC (RFC 3339, milliseconds), and each request gets one access line
+    (never its key)."""
     headers = {"Authorization": "Bearer sk-logs", "x-request-id": "log-test-1"}
     assert httpx.get(limited.url + "/v1/models", headers=headers).status_code == 200
     # The line is written once the response has been sent, just after the client has it.
@@ -71,6 +75,10 @@ def test_logs_are_json_with_one_access_line_a_request(limited: Server):
     assert access["tenant"] == "t5" and access["duration_ms"] >= 0
     assert any(line["logger"] == "semgate.engine" for line in lines)  # the engine core's too
     assert "sk-logs" not in limited.log_path.read_text()
+    for line in lines:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]), line
+    stamped = datetime.fromisoformat(access["time"])
+    assert abs((datetime.now(UTC) - stamped).total_seconds()) < 60  # UTC, not local time
 
 
 def test_rate_limit_is_per_api_key(limited: Server):
