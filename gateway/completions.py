@@ -186,7 +186,13 @@ def _forwarded(request: ChatCompletionRequest) -> dict[str, object]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
-def to_job(request: ChatCompletionRequest, request_id: str, model: str, tenant: str) -> ChatJob:
+def to_job(
+    request: ChatCompletionRequest,
+    request_id: str,
+    model: str,
+    tenant: str,
+    trace_id: str | None = None,
+) -> ChatJob:
     """`request` as `model` runs it: the name it is served under (ModelRouter.route)."""
     _refuse_unsupported(request)
     # Ranges and lengths (temperature, top_p, max_tokens, stop, seed) were checked as the
@@ -202,6 +208,7 @@ def to_job(request: ChatCompletionRequest, request_id: str, model: str, tenant: 
         seed=request.seed,
         ignore_eos=request.ignore_eos,
         cache_salt=prefix_cache_salt(tenant, request.cache_salt),
+        trace_id=trace_id,
         fields=_forwarded(request),
     )
 
@@ -227,13 +234,19 @@ class ChatService:
         self._stores: set[asyncio.Task[object]] = set()
 
     async def answer(
-        self, request: ChatCompletionRequest, tenant: str, directives: CacheDirectives
+        self,
+        request: ChatCompletionRequest,
+        tenant: str,
+        directives: CacheDirectives,
+        trace_id: str | None = None,
     ) -> Answer:
+        """`trace_id`: the request's X-Request-Id, which remote servers are sent."""
         started = time.perf_counter()
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
         # The job, the cache's partition and the metrics name the served model (an
         # alias's target); the answer names the model the client asked for.
-        job = to_job(request, answer_id, self.upstream.route(request.model), tenant)
+        model = self.upstream.route(request.model)
+        job = to_job(request, answer_id, model, tenant, trace_id)
         self.upstream.refuse_oversized(job)
         cache_request = CacheRequest(
             model=job.model,

@@ -9,6 +9,7 @@ from litestar.response import Stream
 
 from gateway.embeddings import EmbeddingList, EmbeddingRequest, EmbeddingService
 from gateway.openapi_docs import error_responses
+from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.strict_json import StrictJSON
 
@@ -34,5 +35,7 @@ async def create_embeddings(
     if passthrough and not embeddings.serves(data.model) and passthrough.serves(data.model):
         body = msgspec.json.decode(await request.body())
         tenant: str = request.state.tenant  # set by api_key_guard (the /v1 router's)
-        return await passthrough.answer(data, body, BYPASS_REASON, tenant, PATH)
+        return await passthrough.answer(
+            data, body, BYPASS_REASON, tenant, request_id(request.scope), PATH
+        )
     return await embeddings.create(data)

@@ -13,6 +13,7 @@ from gateway import server_timing
 from gateway.completions import Answer, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.openapi_docs import error_responses
+from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.schemas import CompletionChoice, CompletionRequest, TextCompletion, Usage
 from gateway.streamed_answer import CLIENT_CLOSED_REQUEST, ended, timings_of, usage_of
@@ -86,7 +87,8 @@ async def text_completions(
     try:
         if runtime.passthrough is not None and runtime.passthrough.serves(data.model):
             body = msgspec.json.decode(await request.body())
-            answered = runtime.passthrough.answer(data, body, BYPASS_REASON, tenant, PATH)
+            rid = request_id(request.scope)
+            answered = runtime.passthrough.answer(data, body, BYPASS_REASON, tenant, rid, PATH)
             return await watch.run(answered)
         job = to_text_job(data, runtime.upstream.models(), tenant)
         echo = echo_text(job, runtime.upstream) if data.echo else ""

@@ -31,6 +31,9 @@ class ChatJob:
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks, tests)
     cache_salt: str | None = None  # vLLM's extension: prefix-cache blocks shared only within
     prompt: str | list[int] | None = None
+    # The request's X-Request-Id (the client's own when it sent one): remote servers are
+    # sent it, so that their logs name the request as the client's and the gateway's do.
+    trace_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class UpstreamHealth:
     # None where it exports neither.
     running: int | None = None
     waiting: int | None = None
+    detail: str | None = None  # why it is not used, while it is down
 
 
 class UpstreamError(APIError):
