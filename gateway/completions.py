@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -33,9 +33,9 @@ from gateway import server_timing
 from gateway.auth import OPEN_TENANT
 from gateway.bypass import unkeyable
 from gateway.early_start import EarlyStart
-from gateway.errors import APIError
+from gateway.errors import UNSUPPORTED, APIError
 from gateway.metrics import GatewayMetrics
-from gateway.schemas import ChatCompletionRequest, ChatMessage
+from gateway.schemas import ChatCompletionRequest, ChatMessage, TextMessage
 from gateway.tokens import token_counter
 from gateway.upstream import ChatJob, Delta, ForwardedJob, ModelRouter
 
@@ -88,12 +88,17 @@ class Answer:
     timings: server_timing.Timings = field(default_factory=dict)
 
 
-def _text(message: ChatMessage) -> str:
+def _text(message: ChatMessage | TextMessage) -> str:
+    """The message's text (only an assistant's may be null or no parts: ChatMessage)."""
     content = message.content
-    if content is None:
+    if content is None or content == []:
         if message.role == "assistant":
             return ""
-        raise APIError(400, f"a {message.role} message needs content", param="messages")
+        raise APIError(
+            400,
+            f"a {message.role} message needs content: a string or at least one part",
+            param="messages",
+        )
     if isinstance(content, str):
         return content
     texts = []
@@ -108,7 +113,7 @@ def _text(message: ChatMessage) -> str:
     return "\n".join(texts)
 
 
-def flatten_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
+def flatten_messages(messages: Sequence[ChatMessage | TextMessage]) -> list[dict[str, str]]:
     """OpenAI messages -> the engine's {"role", "content"} strings (developer -> system)."""
     if not messages:
         raise APIError(400, "messages must not be empty", param="messages")
@@ -125,7 +130,9 @@ def _refuse_unsupported(request: ChatCompletionRequest) -> None:
     """What the engine cannot honour gets a 400 naming the field, never silently ignored
     (with upstreams such requests were passed through before they got here)."""
     if (found := unkeyable(request)) is not None:
-        raise APIError(400, f"{found.message} by the in-process engine", param=found.param)
+        raise APIError(
+            400, f"{found.message} by the in-process engine", param=found.param, code=UNSUPPORTED
+        )
 
 
 def _stop(stop: str | list[str] | None) -> list[str]:

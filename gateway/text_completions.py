@@ -10,7 +10,7 @@ from typing import cast
 
 from gateway.bypass import SAMPLING_CHECKS, Checks, Unkeyable, first_applying
 from gateway.completions import check_model, prefix_cache_salt
-from gateway.errors import APIError
+from gateway.errors import UNSUPPORTED, APIError
 from gateway.schemas import CompletionRequest
 from gateway.upstream import ChatJob, Upstream
 
@@ -42,17 +42,19 @@ def _prompt(prompt: str | list[str | int | list[int]]) -> str | list[int]:
     elif len(prompt) == 1 and not isinstance(prompt[0], int):
         one = prompt[0]
     else:
-        raise APIError(400, "only one prompt per request is supported", param="prompt")
-    if not one:
-        raise APIError(400, "prompt must not be empty", param="prompt")
-    return one
+        raise APIError(
+            400, "only one prompt per request is supported", param="prompt", code=UNSUPPORTED
+        )
+    return one  # not empty: CompletionRequest's types say so
 
 
 def to_text_job(request: CompletionRequest, models: list[str], tenant: str) -> ChatJob:
     """The request as the in-process engine runs it: its raw prompt, no template."""
     check_model(request.model, models)
     if (found := first_applying(_UNSUPPORTED, request)) is not None:
-        raise APIError(400, f"{found.message} by the in-process engine", param=found.param)
+        raise APIError(
+            400, f"{found.message} by the in-process engine", param=found.param, code=UNSUPPORTED
+        )
     stop = request.stop
     return ChatJob(
         request_id=f"cmpl-{uuid.uuid4().hex}",

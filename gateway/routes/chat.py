@@ -14,7 +14,7 @@ from gateway import server_timing
 from gateway.bypass import bypass_reason
 from gateway.completions import Answer, CacheDirectives, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
-from gateway.openapi_docs import CHAT_RESPONSES, ChatOperation
+from gateway.openapi_docs import CHAT_RESPONSES, AnswerOperation
 from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.schemas import (
@@ -96,7 +96,7 @@ async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
     dto=StrictJSON[ChatCompletionRequest],
     return_dto=None,
     responses=CHAT_RESPONSES,
-    operation_class=ChatOperation,
+    operation_class=AnswerOperation,
 )
 async def chat_completions(
     data: ChatCompletionRequest,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 from litestar import Request, Response, post
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import Stream
 
 from gateway.embeddings import EmbeddingList, EmbeddingRequest, EmbeddingService
@@ -25,7 +26,10 @@ PATH = "/v1/embeddings"
     tags=["embeddings"],
     dto=StrictJSON[EmbeddingRequest],
     return_dto=None,
-    responses=error_responses(400, 401, 404, 413, 422, 429, 503),
+    responses={
+        200: ResponseSpec(EmbeddingList, description="The vectors", generate_examples=False),
+        **error_responses(400, 401, 404, 413, 422, 429, 502, 503, 504),
+    },
 )
 async def create_embeddings(
     data: EmbeddingRequest, request: Request, embeddings: EmbeddingService, runtime: Runtime

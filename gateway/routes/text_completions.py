@@ -12,7 +12,7 @@ from litestar.response import ServerSentEvent, Stream
 from gateway import server_timing
 from gateway.completions import Answer, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
-from gateway.openapi_docs import error_responses
+from gateway.openapi_docs import AnswerOperation, answer_responses
 from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.schemas import CompletionChoice, CompletionRequest, TextCompletion, Usage
@@ -75,7 +75,8 @@ async def _events(answer: Answer, include_usage: bool, echo: str) -> AsyncIterat
     tags=["completions"],
     dto=StrictJSON[CompletionRequest],
     return_dto=None,
-    responses=error_responses(400, 401, 404, 413, 422, 429, 503),
+    responses=answer_responses(TextCompletion),
+    operation_class=AnswerOperation,
 )
 async def text_completions(
     data: CompletionRequest, request: Request, chat: ChatService, runtime: Runtime

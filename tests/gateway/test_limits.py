@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.rate_limits import FAILED_AUTH_RATE
 from tests.gateway.conftest import chat_body
 from tests.gateway.servers import Server, serving
 
@@ -114,12 +115,13 @@ def test_full_engine_queue_answers_429_at_once(limited: Server):
 
 
 def test_unknown_keys_get_401_and_lock_no_one_out(limited: Server):
-    """Made-up keys get 401 (clients do not retry it), and past the limit a 429 from
-    their address's own bucket; a tenant and the operator at the same address keep
-    their budgets, and the admin key has a budget of its own (5/minute here)."""
+    """Made-up keys get 401 (clients do not retry it) within their address's own failed-auth
+    budget (60 a minute, not the keys' 3), and a 429 past it; a tenant and the operator
+    at the same address keep their budgets, and the admin key has a budget of its own
+    (5/minute here)."""
     keyless = httpx.post(limited.url + "/v1/chat/completions", json=chat_body("Hi."), timeout=60)
-    guesses = [keyless] + [post(limited, f"sk-made-up-{i}") for i in range(4)]
-    assert [r.status_code for r in guesses] == [401, 401, 401, 429, 429]
+    guesses = [keyless] + [post(limited, f"sk-made-up-{i}") for i in range(FAILED_AUTH_RATE[1])]
+    assert [r.status_code for r in guesses] == [401] * FAILED_AUTH_RATE[1] + [429]
     assert guesses[0].json()["error"]["code"] == "missing_api_key"
     assert guesses[1].json()["error"]["code"] == "invalid_api_key"
     assert post(limited, "sk-fresh").status_code == 200
