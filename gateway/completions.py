@@ -35,6 +35,7 @@ from gateway.bypass import unkeyable
 from gateway.early_start import EarlyStart
 from gateway.errors import UNSUPPORTED, APIError
 from gateway.metrics import GatewayMetrics
+from gateway.request_fields import sampling_given
 from gateway.schemas import ChatCompletionRequest, ChatMessage, TextMessage
 from gateway.tokens import token_counter
 from gateway.upstream import ChatJob, Delta, ForwardedJob, ModelRouter
@@ -135,7 +136,7 @@ def _refuse_unsupported(request: ChatCompletionRequest) -> None:
         )
 
 
-def _stop(stop: str | list[str] | None) -> list[str]:
+def stop_list(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop or [])
 
 
@@ -209,9 +210,8 @@ def to_job(
         model=model,
         messages=flatten_messages(request.messages),
         max_tokens=request.max_completion_tokens or request.max_tokens,
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        stop=_stop(request.stop),
+        **sampling_given(request),
+        stop=stop_list(request.stop),
         seed=request.seed,
         ignore_eos=request.ignore_eos,
         cache_salt=prefix_cache_salt(tenant, request.cache_salt),

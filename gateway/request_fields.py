@@ -35,3 +35,10 @@ TokenIds = Annotated[list[TokenId], Meta(min_length=1)]
 
 MAX_STOP = 4  # OpenAI's
 Stop = NonEmpty | Annotated[list[NonEmpty], Meta(max_length=MAX_STOP)]
+
+
+def sampling_given(request: Any) -> dict[str, float]:
+    """The request's temperature and top_p where it gives them: a job left without one
+    has the engine's default (ChatJob's, SamplingParams')."""
+    given = {"temperature": request.temperature, "top_p": request.top_p}
+    return {name: value for name, value in given.items() if value is not None}

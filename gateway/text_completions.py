@@ -9,8 +9,9 @@ import uuid
 from typing import cast
 
 from gateway.bypass import SAMPLING_CHECKS, Checks, Unkeyable, first_applying
-from gateway.completions import check_model, prefix_cache_salt
+from gateway.completions import check_model, prefix_cache_salt, stop_list
 from gateway.errors import UNSUPPORTED, APIError
+from gateway.request_fields import sampling_given
 from gateway.schemas import CompletionRequest
 from gateway.upstream import ChatJob, Upstream
 
@@ -55,16 +56,14 @@ def to_text_job(request: CompletionRequest, models: list[str], tenant: str) -> C
         raise APIError(
             400, f"{found.message} by the in-process engine", param=found.param, code=UNSUPPORTED
         )
-    stop = request.stop
     return ChatJob(
         request_id=f"cmpl-{uuid.uuid4().hex}",
         model=request.model,
         messages=[],
         prompt=_prompt(request.prompt),
         max_tokens=request.max_tokens or DEFAULT_MAX_TOKENS,
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        stop=[stop] if isinstance(stop, str) else list(stop or []),
+        **sampling_given(request),
+        stop=stop_list(request.stop),
         seed=request.seed,
         ignore_eos=request.ignore_eos,
         cache_salt=prefix_cache_salt(tenant, request.cache_salt),

@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from engine.sampling_params import SamplingParams
 from engine.step_window import StepWindowStats
 from engine.tokenizer import Tokenizer
 from gateway.errors import APIError
@@ -24,8 +25,9 @@ class ChatJob:
     model: str
     messages: list[dict[str, str]]
     max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
+    # Unsent, the engine's defaults (OpenAI's too).
+    temperature: float = SamplingParams.temperature
+    top_p: float = SamplingParams.top_p
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks, tests)
