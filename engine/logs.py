@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 LOG_FORMATS = ("text", "json")
@@ -13,10 +14,15 @@ TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
+def rfc3339(created: float) -> str:
+    """A record's time as log shippers read it unambiguously: UTC, RFC 3339, to the ms."""
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "time": rfc3339(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),

@@ -15,7 +15,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from gateway.auth import api_key_guard
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.metrics import count_response
-from gateway.openapi_docs import swagger_assets, swagger_ui
+from gateway.openapi_docs import struct_schemas, swagger_assets, swagger_ui
 from gateway.rate_limits import rate_limit_middleware
 from gateway.request_id import add_request_id
 from gateway.routes.admin import admin_router
@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
             get_model,
         ],
     )
-    return Litestar(
+    app = Litestar(
         route_handlers=[v1, admin_router, health, ready, metrics, swagger_assets()],
         lifespan=[lifespan],
         state=State({"runtime": runtime}),
@@ -86,3 +86,5 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
             ),
         ),
     )  # fmt: skip
+    struct_schemas(app.openapi_schema)
+    return app

@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -33,9 +33,10 @@ from gateway import server_timing
 from gateway.auth import OPEN_TENANT
 from gateway.bypass import unkeyable
 from gateway.early_start import EarlyStart
-from gateway.errors import APIError
+from gateway.errors import UNSUPPORTED, APIError
 from gateway.metrics import GatewayMetrics
-from gateway.schemas import ChatCompletionRequest, ChatMessage
+from gateway.request_fields import sampling_given
+from gateway.schemas import ChatCompletionRequest, ChatMessage, TextMessage
 from gateway.tokens import token_counter
 from gateway.upstream import ChatJob, Delta, ForwardedJob, ModelRouter
 
@@ -88,12 +89,17 @@ class Answer:
     timings: server_timing.Timings = field(default_factory=dict)
 
 
-def _text(message: ChatMessage) -> str:
+def _text(message: ChatMessage | TextMessage) -> str:
+    """The message's text (only an assistant's may be null or no parts: ChatMessage)."""
     content = message.content
-    if content is None:
+    if content is None or content == []:
         if message.role == "assistant":
             return ""
-        raise APIError(400, f"a {message.role} message needs content", param="messages")
+        raise APIError(
+            400,
+            f"a {message.role} message needs content: a string or at least one part",
+            param="messages",
+        )
     if isinstance(content, str):
         return content
     texts = []
@@ -108,7 +114,7 @@ def _text(message: ChatMessage) -> str:
     return "\n".join(texts)
 
 
-def flatten_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
+def flatten_messages(messages: Sequence[ChatMessage | TextMessage]) -> list[dict[str, str]]:
     """OpenAI messages -> the engine's {"role", "content"} strings (developer -> system)."""
     if not messages:
         raise APIError(400, "messages must not be empty", param="messages")
@@ -125,10 +131,12 @@ def _refuse_unsupported(request: ChatCompletionRequest) -> None:
     """What the engine cannot honour gets a 400 naming the field, never silently ignored
     (with upstreams such requests were passed through before they got here)."""
     if (found := unkeyable(request)) is not None:
-        raise APIError(400, f"{found.message} by the in-process engine", param=found.param)
+        raise APIError(
+            400, f"{found.message} by the in-process engine", param=found.param, code=UNSUPPORTED
+        )
 
 
-def _stop(stop: str | list[str] | None) -> list[str]:
+def stop_list(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop or [])
 
 
@@ -186,7 +194,13 @@ def _forwarded(request: ChatCompletionRequest) -> dict[str, object]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
-def to_job(request: ChatCompletionRequest, request_id: str, model: str, tenant: str) -> ChatJob:
+def to_job(
+    request: ChatCompletionRequest,
+    request_id: str,
+    model: str,
+    tenant: str,
+    trace_id: str | None = None,
+) -> ChatJob:
     """`request` as `model` runs it: the name it is served under (ModelRouter.route)."""
     _refuse_unsupported(request)
     # Ranges and lengths (temperature, top_p, max_tokens, stop, seed) were checked as the
@@ -196,12 +210,12 @@ def to_job(request: ChatCompletionRequest, request_id: str, model: str, tenant: 
         model=model,
         messages=flatten_messages(request.messages),
         max_tokens=request.max_completion_tokens or request.max_tokens,
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        stop=_stop(request.stop),
+        **sampling_given(request),
+        stop=stop_list(request.stop),
         seed=request.seed,
         ignore_eos=request.ignore_eos,
         cache_salt=prefix_cache_salt(tenant, request.cache_salt),
+        trace_id=trace_id,
         fields=_forwarded(request),
     )
 
@@ -227,13 +241,19 @@ class ChatService:
         self._stores: set[asyncio.Task[object]] = set()
 
     async def answer(
-        self, request: ChatCompletionRequest, tenant: str, directives: CacheDirectives
+        self,
+        request: ChatCompletionRequest,
+        tenant: str,
+        directives: CacheDirectives,
+        trace_id: str | None = None,
     ) -> Answer:
+        """`trace_id`: the request's X-Request-Id, which remote servers are sent."""
         started = time.perf_counter()
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
         # The job, the cache's partition and the metrics name the served model (an
         # alias's target); the answer names the model the client asked for.
-        job = to_job(request, answer_id, self.upstream.route(request.model), tenant)
+        model = self.upstream.route(request.model)
+        job = to_job(request, answer_id, model, tenant, trace_id)
         self.upstream.refuse_oversized(job)
         cache_request = CacheRequest(
             model=job.model,

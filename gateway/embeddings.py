@@ -13,7 +13,8 @@ import numpy as np
 from msgspec import Meta
 
 from cache import Embedder
-from gateway.errors import APIError
+from gateway.errors import CONTEXT_LENGTH_EXCEEDED, UNSUPPORTED, APIError
+from gateway.request_fields import NonEmpty, TokenId, TokenIds
 
 MAX_INPUTS = 2048  # OpenAI's limit on inputs a request
 BUNDLED_NAME = "all-minilm-l6-v2"
@@ -21,8 +22,11 @@ BUNDLED_NAME = "all-minilm-l6-v2"
 
 class EmbeddingRequest(msgspec.Struct):
     # Text, texts, or token ids (one list, or one per input): msgspec takes one array type
-    # a union, so the items' types are the union.
-    input: str | list[str | int | list[int]]
+    # a union, so the items' types are the union. Token ids: upstreams' models only.
+    input: (
+        NonEmpty
+        | Annotated[list[NonEmpty | TokenId | TokenIds], Meta(min_length=1, max_length=MAX_INPUTS)]
+    )
     model: str
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[int, Meta(ge=1)] | None = None
@@ -48,21 +52,14 @@ class EmbeddingList(msgspec.Struct):
 
 
 def _texts(value: str | list[str | int | list[int]]) -> list[str]:
+    """The texts (not empty, at most MAX_INPUTS: EmbeddingRequest's types say so)."""
     texts = [value] if isinstance(value, str) else value
-    if not texts:
-        raise APIError(400, "input must not be empty", param="input")
     if not all(isinstance(t, str) for t in texts):
         # Token ids are a tokenizer's own: an SDK's (tiktoken's) ids mean nothing to this
         # model. LangChain's OpenAIEmbeddings sends them unless told not to.
         raise APIError(400, "input as token ids is not supported: send text (with LangChain's "
                        "OpenAIEmbeddings, set check_embedding_ctx_length=False)",
-                       param="input")  # fmt: skip
-    if len(texts) > MAX_INPUTS:
-        raise APIError(400, f"input has {len(texts)} items, at most {MAX_INPUTS} are allowed",
-                       param="input")  # fmt: skip
-    for i, text in enumerate(texts):
-        if not text:
-            raise APIError(400, f"input[{i}] is empty", param="input")
+                       param="input", code=UNSUPPORTED)  # fmt: skip
     return texts  # type: ignore[return-value]
 
 
@@ -99,12 +96,14 @@ class EmbeddingService:
         embedder = await self.embedder()
         if request.dimensions is not None and request.dimensions != embedder.dims:
             raise APIError(400, f"{embedder.model_id} makes {embedder.dims}-dimensional vectors; "
-                           "it cannot shorten them", param="dimensions")  # fmt: skip
+                           "it cannot shorten them", param="dimensions",
+                           code=UNSUPPORTED)  # fmt: skip
         counts = await asyncio.to_thread(lambda: [embedder.num_tokens(t) for t in texts])
         for i, count in enumerate(counts):
             if count > embedder.max_tokens:
                 raise APIError(400, f"input[{i}] is {count} tokens, over the model's window of "
-                               f"{embedder.max_tokens}", param="input")  # fmt: skip
+                               f"{embedder.max_tokens}", param="input",
+                               code=CONTEXT_LENGTH_EXCEEDED)  # fmt: skip
         vectors = await asyncio.gather(*(embedder.embed(t) for t in texts))
         data = [Embedding(_encoded(v, request.encoding_format), i) for i, v in enumerate(vectors)]
         total = sum(counts)

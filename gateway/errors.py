@@ -26,6 +26,11 @@ ERROR_TYPES = {
     503: "service_unavailable",
 }
 ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+# The 400s a request the API accepts can still get, as OpenAI names them: what this model
+# cannot do (a value other than the in-process engine's or the embedder's own, OpenAI's
+# code for a model that refuses one), or a prompt that does not fit its context.
+UNSUPPORTED = "unsupported_value"
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 
 
 class APIError(Exception):

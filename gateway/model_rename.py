@@ -1,6 +1,7 @@
-"""A pass-through's response under the model name its client asked for (an alias of the
-model that answered): the `"model": "..."` fields of its JSON body, or of each SSE
-event, are rewritten; every other byte is the upstream's."""
+"""A pass-through's response under the model name its client asked for (an alias, or a
+name the server knows its model by otherwise: llama-server answers with its GGUF file's
+path): the `"model": "..."` fields of its JSON body, or of each SSE event, are
+rewritten; every other byte is the upstream's."""
 
 from __future__ import annotations
 

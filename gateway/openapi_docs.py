@@ -1,16 +1,20 @@
-"""What the OpenAPI document says about responses, so that it says what the server
-sends: OpenAI's error object for every error status (never Litestar's default
-`{status_code, detail, extra}`, which no client of this server receives), the chat
-answer as JSON or as an SSE stream of chunks, and its headers."""
+"""What the OpenAPI document says, so that it says what the server takes and sends: each
+body's schema as msgspec writes it from the very Struct that decodes or encodes it
+(`struct_schemas`), OpenAI's error object for every error status (never Litestar's
+default `{status_code, detail, extra}`, which no client of this server receives), the
+chat answer as JSON or as an SSE stream of chunks, and its headers."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+import msgspec
 from litestar import Router
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import (
+    OpenAPI,
     OpenAPIHeader,
     OpenAPIMediaType,
     OpenAPIResponse,
@@ -24,15 +28,45 @@ from swagger_ui_bundle import swagger_ui_path
 from gateway.schemas import ChatCompletion, ErrorResponse
 
 ERRORS = {
-    400: "Bad values, malformed or non-UTF-8 JSON, a prompt over the context length",
+    400: "Bad values, malformed or non-UTF-8 JSON; for a request the schema admits, a "
+    "prompt over the context length (`context_length_exceeded`) or a value this model "
+    "cannot honour (`unsupported_value`, naming it in `param`)",
     401: "No API key, or an unknown one",
     403: "A key that may not use this endpoint",
     404: "Unknown model (`model_not_found`) or entry",
     413: "Body over the size limit",
     422: "A field of the wrong type, or missing, named in `param`",
     429: "Rate limit, or the engine's queue is full (with Retry-After)",
+    502: "An upstream failed, or dropped the request (`upstream_error`)",
     503: "Not ready (the model loading, Redis down for the admin API), with Retry-After",
+    504: "An upstream timed out (`upstream_error`)",
 }
+
+
+def _structs(cls: type[msgspec.Struct] = msgspec.Struct) -> Iterator[type[msgspec.Struct]]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _structs(sub)
+
+
+def struct_schemas(openapi: OpenAPI) -> None:
+    """Replaces each schema Litestar wrote for one of the gateway's Structs by msgspec's:
+    the one its decoder checks. Litestar's loses bounds of 0 (it tests their truth, so
+    `top_p > 0` and `temperature >= 0` went missing) and says nothing of
+    `forbid_unknown_fields` (msgspec writes `additionalProperties: false`). A Struct's
+    `schema_rules` (what a field's type cannot say, checked in code beside it) are added."""
+    components = openapi.components.schemas
+    structs = {
+        cls.__name__: cls
+        for cls in _structs()
+        if cls.__module__.startswith("gateway.") and cls.__name__ in components
+    }
+    _, schemas = msgspec.json.schema_components(
+        structs.values(), ref_template="#/components/schemas/{name}"
+    )
+    for name, schema in schemas.items():
+        rules = getattr(structs.get(name), "schema_rules", {})
+        components[name] = {**schema, **rules}  # type: ignore[assignment]
 
 
 def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
@@ -43,14 +77,20 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
     }
 
 
-CHAT_RESPONSES = {
-    200: ResponseSpec(
-        ChatCompletion,
-        description="The answer; with `stream: true`, SSE chunks instead (text/event-stream)",
-        generate_examples=False,
-    ),
-    **error_responses(),
-}
+def answer_responses(answer: type[msgspec.Struct]) -> dict[int, ResponseSpec]:
+    """An answer's: `answer` as JSON (with `stream: true`, SSE chunks: AnswerOperation),
+    and every error."""
+    return {
+        200: ResponseSpec(
+            answer,
+            description="The answer; with `stream: true`, SSE chunks instead (text/event-stream)",
+            generate_examples=False,
+        ),
+        **error_responses(),
+    }
+
+
+CHAT_RESPONSES = answer_responses(ChatCompletion)
 
 # Sent with chat answers; the OpenAPI document lists them on its 200.
 ANSWER_HEADERS = {
@@ -74,8 +114,9 @@ ANSWER_HEADERS = {
 
 
 @dataclass
-class ChatOperation(Operation):
-    """The chat operation, whose 200 is JSON or, with `stream: true`, an SSE stream."""
+class AnswerOperation(Operation):
+    """A completion's operation (chat or text), whose 200 is JSON or, with `stream: true`,
+    an SSE stream."""
 
     def __post_init__(self) -> None:
         ok = (self.responses or {}).get("200")
@@ -89,8 +130,8 @@ class ChatOperation(Operation):
             ok.content["text/event-stream"] = OpenAPIMediaType(
                 schema=Schema(
                     type=OpenAPIType.STRING,
-                    description="`data: {ChatCompletionChunk}` events: the role, content "
-                    "deltas, one with finish_reason, the usage when "
+                    description="`data: {chunk}` events (a chat completion's chunks: the "
+                    "role first): content deltas, one with finish_reason, the usage when "
                     "stream_options.include_usage, then `data: [DONE]`; the last chunk "
                     "before [DONE] has `timings`, Server-Timing's durations as an object "
                     '(`{"cache": 3.1, "queue": 12.0, ...}`, milliseconds); a failure after '

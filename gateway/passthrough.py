@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
@@ -33,8 +32,6 @@ from gateway.upstream.http import http_error, upstream_failure
 _GATEWAY_FIELDS = ("cache", "cache_salt")
 CHAT_PATH = "/v1/chat/completions"
 Forwardable = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
-# Each kind's response id prefix, as OpenAI's.
-_ID_PREFIX = {ChatCompletionRequest: "chatcmpl", CompletionRequest: "cmpl", EmbeddingRequest: "emb"}
 
 
 def _forwarded(body: Mapping[str, Any], request: Forwardable, tenant: str) -> dict[str, Any]:
@@ -57,7 +54,8 @@ def _openai_error(content: bytes) -> bool:
 
 class PassThrough:
     """Answers pass-throughs from the servers of the request's model (those HttpUpstream
-    picks), under the name they serve it by; the response names the model as asked."""
+    picks), under the name they serve it by; the response names the model as asked (not
+    an alias's target, nor whatever the server calls it: llama-server names its file)."""
 
     def __init__(self, upstream: ModelRouter, metrics: GatewayMetrics) -> None:
         self.upstream = upstream
@@ -74,19 +72,17 @@ class PassThrough:
         body: Mapping[str, Any],
         reason: str,
         tenant: str,
+        request_id: str,
         path: str = CHAT_PATH,
     ) -> Response[bytes] | Stream:
         """The upstream's response to `body` (the request as received), POSTed to `path`
-        (chat, or text completions)."""
+        (chat, text completions or embeddings) with the request's id."""
         started = time.perf_counter()
         remote = self.upstream.remote(request.model)
         assert remote is not None, "asked only for models that serves() passes through"
         servers, served = remote
-        # Where the client asked for an alias, the response is renamed back.
-        rename = request.model if served != request.model else None
         self.metrics.passed_through[reason] += 1
         forwarded = {**_forwarded(body, request, tenant), "model": served}
-        request_id = f"{_ID_PREFIX[type(request)]}-{uuid.uuid4().hex}"
         resp = await servers.post(served, forwarded, request_id, path)
         headers = {"X-Cache-Status": "Bypass", "X-Cache-Bypass-Reason": reason}
         # Durations only, as on the cached path (the gateway adds none: nothing was asked).
@@ -100,11 +96,11 @@ class PassThrough:
             if media.startswith("text/event-stream"):
                 streamed = True  # the relay closes it
                 return Stream(
-                    self._relay(resp, served, started, rename), media_type=media, headers=headers
+                    self._relay(resp, served, started, request.model),
+                    media_type=media,
+                    headers=headers,
                 )
-            content = await resp.aread()
-            if rename is not None:
-                content = renamed(content, rename)
+            content = renamed(await resp.aread(), request.model)
         except httpx.HTTPError as exc:
             raise upstream_failure(exc) from exc
         finally:
@@ -114,11 +110,10 @@ class PassThrough:
         return Response(content, media_type=media, headers=headers)
 
     async def _relay(
-        self, resp: httpx.Response, model: str, started: float, rename: str | None
+        self, resp: httpx.Response, model: str, started: float, rename: str
     ) -> AsyncGenerator[bytes, None]:
-        chunks = resp.aiter_bytes()
         try:
-            async for chunk in chunks if rename is None else renamed_lines(chunks, rename):
+            async for chunk in renamed_lines(resp.aiter_bytes(), rename):
                 yield chunk
         except httpx.HTTPError as exc:
             # Mid-stream: the status is sent; an error event ends it, as on the cached path.

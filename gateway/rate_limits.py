@@ -4,7 +4,8 @@ anyone else:
 - each configured API key has its own budget (`rate_limit`); on the open gateway (no
   keys) each client address has one;
 - requests with no key or an unknown one are limited per client address in a bucket
-  of their own (same budget): guessing keys is slowed, and within the budget they get
+  of their own, with its own budget (`FAILED_AUTH_RATE`, 60 a minute, whatever
+  `rate_limit` is): guessing keys is slowed, and within the budget they always get
   their 401 (which clients do not retry), never a tenant's or the operator's 429;
 - the admin key has its own budget (`admin_rate_limit`, none by default).
 
@@ -24,6 +25,9 @@ from gateway.auth import Keyring, bearer_token
 from gateway.settings import Settings, parse_rate
 
 UNLIMITED_PATHS = ["/health", "/ready", "/metrics", "/schema"]
+# While rate limits are on: enough for a client with a mistyped key to see its 401s, few
+# enough to slow guessing.
+FAILED_AUTH_RATE = ("minute", 60)
 _BUCKET = "semgate_rate_bucket"  # the request's (kind, bucket), classified once
 
 
@@ -63,7 +67,7 @@ def _config(rate: tuple[str, int], kind: str) -> DefineMiddleware:
 def rate_limit_middleware(settings: Settings) -> list[DefineMiddleware]:
     middleware = []
     if (rate := parse_rate(settings.rate_limit)) is not None:
-        middleware += [_config(rate, "tenant"), _config(rate, "unknown")]
+        middleware += [_config(rate, "tenant"), _config(FAILED_AUTH_RATE, "unknown")]
     if (admin_rate := parse_rate(settings.admin_rate_limit)) is not None:
         middleware.append(_config(admin_rate, "admin"))
     return middleware

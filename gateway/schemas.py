@@ -1,24 +1,32 @@
 """The OpenAI Chat Completions wire types, as msgspec Structs. Unknown request fields
 are ignored by decoding (msgspec's default), so newer SDKs keep working; with upstreams
-a request that has any is passed through (gateway/bypass.py). Plain limits on request
-values are constraints (`msgspec.Meta`) on the fields: decoding checks them (a value out
-of range is a 400 naming the field, gateway/strict_json.py), and the OpenAPI document
-shows them."""
+a request that has any is passed through (gateway/bypass.py). Limits on request values
+are the fields' constrained types (gateway/request_fields.py): decoding checks them, and
+the OpenAPI document shows them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 from msgspec import Meta
 
-from cache.store import MAX_TTL
+from gateway.request_fields import (
+    MaxTokens,
+    MinP,
+    NonEmpty,
+    RepetitionPenalty,
+    Seed,
+    Stop,
+    Temperature,
+    TokenId,
+    TokenIds,
+    TopK,
+    TopP,
+    Ttl,
+)
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
-
-MAX_STOP = 4
-MAX_SEED = 2**63 - 1
-StopSequence = Annotated[str, Meta(min_length=1)]
 
 
 class ContentPart(msgspec.Struct):
@@ -26,7 +34,37 @@ class ContentPart(msgspec.Struct):
     text: str | None = None
 
 
+# What gateway/completions.py asks of a message's content, as the OpenAPI document says
+# it (gateway/openapi_docs.py adds a Struct's `schema_rules` to its schema): only an
+# assistant's may be null or no parts (it called tools).
+CONTENT_RULE: dict[str, Any] = {
+    "if": {"properties": {"role": {"enum": ["system", "developer", "user"]}}},
+    "then": {
+        "required": ["content"],
+        "properties": {
+            "content": {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1}]}
+        },
+    },
+}
+
+
+class TextPart(msgspec.Struct):
+    type: Literal["text"]
+    text: str
+
+
+class TextMessage(msgspec.Struct):
+    """A message of text only: what the cache keys (the admin API's questions and
+    contexts)."""
+
+    schema_rules: ClassVar[dict[str, Any]] = CONTENT_RULE
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+
 class ChatMessage(msgspec.Struct):
+    schema_rules: ClassVar[dict[str, Any]] = CONTENT_RULE
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -43,19 +81,21 @@ class StreamOptions(msgspec.Struct):
 class CacheOptions(msgspec.Struct, forbid_unknown_fields=True):
     """The gateway's own field (LiteLLM's spelling): how long to keep this answer."""
 
-    # Seconds, 1 to 10 years; default: the server's cache TTL.
-    ttl: Annotated[int, Meta(ge=1, le=MAX_TTL)] | None = None
+    ttl: Ttl | None = None  # default: the server's cache TTL
+
+
+Messages = Annotated[list[ChatMessage], Meta(min_length=1)]
 
 
 class ChatCompletionRequest(msgspec.Struct):
     model: str
-    messages: list[ChatMessage]
-    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
-    max_tokens: Annotated[int, Meta(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Meta(ge=1)] | None = None
-    stop: StopSequence | Annotated[list[StopSequence], Meta(max_length=MAX_STOP)] | None = None
-    seed: Annotated[int, Meta(ge=0, le=MAX_SEED)] | None = None
+    messages: Messages
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    max_tokens: MaxTokens | None = None
+    max_completion_tokens: MaxTokens | None = None
+    stop: Stop | None = None
+    seed: Seed | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = None
@@ -73,10 +113,10 @@ class ChatCompletionRequest(msgspec.Struct):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     response_format: dict[str, Any] | None = None
-    # vLLM's sampling extensions (-1 and 0: top_k off).
-    top_k: Annotated[int, Meta(ge=-1)] | None = None
-    min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
-    repetition_penalty: Annotated[float, Meta(gt=0)] | None = None
+    # vLLM's sampling extensions.
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
 
 
 class PromptTokensDetails(msgspec.Struct):
@@ -148,13 +188,14 @@ class CompletionRequest(msgspec.Struct):
     """OpenAI's legacy text completion (POST /v1/completions): gateway/text_completions.py."""
 
     model: str
-    # Text, the model's token ids (vLLM's reading), or a list of one of those.
-    prompt: str | list[str | int | list[int]]
-    max_tokens: Annotated[int, Meta(ge=1)] | None = None  # None: OpenAI's default, 16
-    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
-    stop: StopSequence | Annotated[list[StopSequence], Meta(max_length=MAX_STOP)] | None = None
-    seed: Annotated[int, Meta(ge=0, le=MAX_SEED)] | None = None
+    # Text, the model's token ids (vLLM's reading), or a list of one of those (several
+    # prompts: upstreams only, gateway/text_completions.py).
+    prompt: NonEmpty | Annotated[list[NonEmpty | TokenId | TokenIds], Meta(min_length=1)]
+    max_tokens: MaxTokens | None = None  # None: OpenAI's default, 16
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    stop: Stop | None = None
+    seed: Seed | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     echo: bool = False
@@ -169,9 +210,9 @@ class CompletionRequest(msgspec.Struct):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
-    top_k: Annotated[int, Meta(ge=-1)] | None = None
-    min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
-    repetition_penalty: Annotated[float, Meta(gt=0)] | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
 
 
 class CompletionChoice(msgspec.Struct):

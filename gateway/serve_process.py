@@ -31,6 +31,7 @@ class ServeProcess:
     # /ready is 200 once chat is answered, perhaps uncached yet: wait for the cache too
     # (unless it is meant to stay down), so that what runs next finds it up.
     wait_for_cache: bool = True
+    env: dict[str, str] = field(default_factory=dict)  # beyond this process's own
 
     @property
     def url(self) -> str:
@@ -43,7 +44,7 @@ class ServeProcess:
                 [*cmd, "--port", str(self.port), *self.args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
+                env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **self.env},
             )
         return self
 

@@ -63,11 +63,22 @@ def seconds_to_ms(**phases: float | None) -> Timings:
     return {name: s * 1000 for name, s in phases.items() if s is not None}
 
 
+# llama-server's last chunk has a `timings` object too, where counts (`prompt_n`,
+# `cache_n`), rates (`*_per_second`) and per-token means sit beside its two durations:
+# those pass, under the names semgate's engine gives the same phases.
+_LLAMA_CPP_DURATIONS = {"prompt_ms": "prefill", "predicted_ms": "decode"}
+
+
 def of_chunk(chunk: Mapping[str, Any]) -> Timings:
-    """A stream chunk's `timings` object (semgate's final chunk), its finite numbers only."""
+    """A stream chunk's `timings` (semgate's last chunk's: milliseconds by name, or
+    llama-server's, of which the durations), their finite numbers only."""
     timings = chunk.get("timings")
     if not isinstance(timings, dict):
         return {}
+    if "predicted_n" in timings or "prompt_n" in timings:  # llama-server's
+        timings = {
+            name: timings[key] for key, name in _LLAMA_CPP_DURATIONS.items() if key in timings
+        }
     return {
         str(name): float(ms)
         for name, ms in timings.items()

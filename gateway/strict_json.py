@@ -30,6 +30,31 @@ _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 # A value of the right type outside a field's constraints (schemas.py): "Expected `float`
 # <= 2.0", "Expected `array` of length <= 4". A wrong type reads "Expected `float`, got ...".
 _CONSTRAINT = re.compile(r"^Expected `[^`]+` (?:[<>]=? |of length |matching |that's )")
+# A float where an integer may be: "Expected `int | null`, got `float`" (or any union
+# with `int`, such as a prompt's items: "Expected `int | str | array`, got `float`").
+_FLOAT_FOR_INT = re.compile(r"^Expected `(?:[^`]* \| )?int(?: \| [^`]*)?`, got `float`")
+
+
+def _integral(value: Any) -> Any:
+    """`value` with its whole floats (5.0) as ints, through lists and objects."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    return value
+
+
+def _decode(body: bytes, model: type[T]) -> T:
+    try:
+        return msgspec.json.decode(body, type=model, strict=True)
+    except msgspec.ValidationError as exc:
+        if not _FLOAT_FOR_INT.match(str(exc)):
+            raise
+    # JSON has one kind of number: 5.0 for an integer field is 5, as JSON Schema (so the
+    # OpenAPI document) and OpenAI's API read it. Only such bodies are decoded twice.
+    return msgspec.convert(_integral(msgspec.json.decode(body)), model, strict=True)
 
 
 def decode_strict(body: bytes, model: type[T]) -> T:
@@ -37,11 +62,12 @@ def decode_strict(body: bytes, model: type[T]) -> T:
     if not body.strip():
         raise APIError(400, "the request needs a JSON body", code="missing_body")
     try:
-        return msgspec.json.decode(body, type=model, strict=True)
+        return _decode(body, model)
     except msgspec.ValidationError as exc:  # valid JSON of the wrong shape, type or value
         message = str(exc)
         match = _PATH.search(message)
-        param = match.group(1) if match else None
+        # A dict's key is not named: "per_tenant[...]" is the table, "per_tenant".
+        param = match.group(1).replace("[...]", "") if match else None
         # A value out of range is a 400, as the gateway refuses bad values; a wrong type
         # or a missing field is a 422.
         status = 400 if _CONSTRAINT.match(message) else 422

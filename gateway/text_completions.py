@@ -9,8 +9,9 @@ import uuid
 from typing import cast
 
 from gateway.bypass import SAMPLING_CHECKS, Checks, Unkeyable, first_applying
-from gateway.completions import check_model, prefix_cache_salt
-from gateway.errors import APIError
+from gateway.completions import check_model, prefix_cache_salt, stop_list
+from gateway.errors import UNSUPPORTED, APIError
+from gateway.request_fields import sampling_given
 from gateway.schemas import CompletionRequest
 from gateway.upstream import ChatJob, Upstream
 
@@ -42,27 +43,27 @@ def _prompt(prompt: str | list[str | int | list[int]]) -> str | list[int]:
     elif len(prompt) == 1 and not isinstance(prompt[0], int):
         one = prompt[0]
     else:
-        raise APIError(400, "only one prompt per request is supported", param="prompt")
-    if not one:
-        raise APIError(400, "prompt must not be empty", param="prompt")
-    return one
+        raise APIError(
+            400, "only one prompt per request is supported", param="prompt", code=UNSUPPORTED
+        )
+    return one  # not empty: CompletionRequest's types say so
 
 
 def to_text_job(request: CompletionRequest, models: list[str], tenant: str) -> ChatJob:
     """The request as the in-process engine runs it: its raw prompt, no template."""
     check_model(request.model, models)
     if (found := first_applying(_UNSUPPORTED, request)) is not None:
-        raise APIError(400, f"{found.message} by the in-process engine", param=found.param)
-    stop = request.stop
+        raise APIError(
+            400, f"{found.message} by the in-process engine", param=found.param, code=UNSUPPORTED
+        )
     return ChatJob(
         request_id=f"cmpl-{uuid.uuid4().hex}",
         model=request.model,
         messages=[],
         prompt=_prompt(request.prompt),
         max_tokens=request.max_tokens or DEFAULT_MAX_TOKENS,
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        stop=[stop] if isinstance(stop, str) else list(stop or []),
+        **sampling_given(request),
+        stop=stop_list(request.stop),
         seed=request.seed,
         ignore_eos=request.ignore_eos,
         cache_salt=prefix_cache_salt(tenant, request.cache_salt),

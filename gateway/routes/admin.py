@@ -3,17 +3,17 @@ stats, entries (list, seed, delete, flush), dry-run lookups and the engine's sta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import msgspec
-from litestar import Request, Response, Router, delete, get, post, put
+from litestar import Request, Response, Router, delete, get, post, put, route
+from litestar.handlers import HTTPRouteHandler
 from litestar.params import Parameter
+from msgspec import Meta
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cache import CacheRequest, SemanticCache, Thresholds
 from cache.shared_admin import SharedAdmin
-from cache.store import check_ttl
-from cache.thresholds import validate_threshold
 from gateway.admin_schemas import (
     CandidateView,
     EntryPage,
@@ -27,13 +27,15 @@ from gateway.auth import admin_guard
 from gateway.completions import flatten_messages
 from gateway.errors import APIError, error_response
 from gateway.openapi_docs import error_responses
+from gateway.request_fields import NonBlank, Similarity, Temperature, Ttl
 from gateway.routes.admin_engine import engine_stats
 from gateway.runtime import Runtime
-from gateway.schemas import ChatMessage, ErrorResponse
+from gateway.schemas import ErrorResponse, TextMessage
 from gateway.strict_json import StrictJSON
 from gateway.tokens import token_counter
 
 MAX_PAGE = 500
+MISSING_SCOPE = "missing_scope"  # a flush that names no entries
 ADMIN_ERRORS = error_responses(400, 401, 403, 404, 422, 429, 503)
 
 
@@ -46,34 +48,43 @@ class ThresholdConfig(msgspec.Struct):
     per_tenant: dict[str, float]
 
 
-# Admin bodies refuse unknown fields (422): a misspelt one would otherwise change nothing
-# and answer 200.
+# Admin bodies refuse unknown fields (422; the document says `additionalProperties:
+# false`): a misspelt one would otherwise change nothing and answer 200. Values out of
+# range are 400s naming the field, from decoding (gateway/request_fields.py).
 class ThresholdUpdate(msgspec.Struct, forbid_unknown_fields=True):
     """Fields left out keep their value; a table given replaces that whole table."""
 
-    default: float | None = None
-    per_model: dict[str, float] | None = None
-    per_tenant: dict[str, float] | None = None
+    default: Similarity | None = None
+    per_model: dict[str, Similarity] | None = None
+    per_tenant: dict[str, Similarity] | None = None
 
 
 class SeedEntry(msgspec.Struct, forbid_unknown_fields=True):
-    question: str
-    answer: str
+    question: NonBlank
+    answer: NonBlank
     model: str | None = None  # default: the first served model
     tenant: str = "default"
-    context: list[ChatMessage] = msgspec.field(default_factory=list)  # earlier turns
-    ttl: int | None = None  # seconds, at most MAX_TTL (10 years); default: the cache TTL
+    context: list[TextMessage] = msgspec.field(default_factory=list)  # earlier turns
+    ttl: Ttl | None = None  # default: the cache TTL
 
 
 class LookupRequest(msgspec.Struct, forbid_unknown_fields=True):
     """Either `messages` (as in a chat request) or a one-turn `question`."""
 
+    # As the OpenAPI document says it (gateway/openapi_docs.py): one of them, not both.
+    schema_rules: ClassVar[dict[str, Any]] = {
+        "oneOf": [
+            {"required": [given], "properties": {given: {"not": {"type": "null"}},
+                                                 other: {"type": "null"}}}
+            for given, other in (("messages", "question"), ("question", "messages"))
+        ]
+    }  # fmt: skip
     model: str | None = None
-    messages: list[ChatMessage] | None = None
-    question: str | None = None
+    messages: Annotated[list[TextMessage], Meta(min_length=1)] | None = None
+    question: NonBlank | None = None
     tenant: str = "default"
-    temperature: float = 0.0
-    threshold: float | None = None  # try another without changing the server's
+    temperature: Temperature = 0.0
+    threshold: Similarity | None = None  # try another without changing the server's
 
 
 def _cache(runtime: Runtime) -> SemanticCache:
@@ -114,15 +125,6 @@ def _model(runtime: Runtime, model: str | None, param: str = "model") -> str:
     return models[0]
 
 
-def _similarity(value: float | None, param: str) -> None:
-    if value is None:
-        return
-    try:
-        validate_threshold(value, param)
-    except ValueError as exc:
-        raise APIError(400, str(exc), param=param) from exc
-
-
 def _thresholds(t: Thresholds) -> ThresholdConfig:
     return ThresholdConfig(t.default, dict(t.per_model), dict(t.per_tenant))
 
@@ -136,10 +138,6 @@ async def get_threshold(runtime: Runtime) -> ThresholdConfig:
      dto=StrictJSON[ThresholdUpdate], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
 async def put_threshold(data: ThresholdUpdate, runtime: Runtime) -> ThresholdConfig:
     cache = _cache(runtime)
-    _similarity(data.default, "default")
-    for table in ("per_model", "per_tenant"):
-        for key, value in (getattr(data, table) or {}).items():
-            _similarity(value, f"{table}.{key}")
     # By served name, as the cache partitions (an alias's threshold is its target's).
     per_model = {
         _model(runtime, model, param=f"per_model.{model}"): value
@@ -174,7 +172,9 @@ async def list_entries(
     tenant: str | None = None,
     model: str | None = None,
     q: str | None = Parameter(default=None, description="words in the question"),
-    offset: int = Parameter(default=0, ge=0),
+    # The bound twice: Litestar leaves a bound of 0 out of the document (see
+    # gateway/openapi_docs.py), and struct_schemas reaches bodies, not query parameters.
+    offset: int = Parameter(default=0, ge=0, schema_extra={"minimum": 0}),
     limit: int = Parameter(default=50, ge=1, le=MAX_PAGE),
 ) -> EntryPage:
     total, entries = await _cache(runtime).store.list(tenant, model, q, offset, limit)
@@ -187,10 +187,6 @@ async def seed_entry(data: SeedEntry, runtime: Runtime) -> EntryView:
     cache = _cache(runtime)
     model = _model(runtime, data.model)
     context = flatten_messages(data.context) if data.context else []
-    try:
-        check_ttl(data.ttl)
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="ttl") from exc
     counter = token_counter(runtime.upstream, model)
     try:
         # Counted as the engine counts a generated answer's usage, which is stored with it:
@@ -229,9 +225,22 @@ async def delete_entry(entry_id: str, runtime: Runtime) -> None:
         raise APIError(404, f"no cache entry {entry_id!r}", param="entry_id", code="not_found")
 
 
-@delete("/cache", summary="Flush the cache, or one tenant's and/or model's entries",
-        status_code=200, responses=ADMIN_ERRORS)  # fmt: skip
-async def flush(runtime: Runtime, tenant: str | None = None, model: str | None = None) -> Flushed:
+@delete("/cache", summary="Flush one tenant's and/or model's entries, or all with all=true",
+        description="With neither a filter nor all=true, a 400 (`missing_scope`) and nothing "
+        "flushed.", status_code=200, responses=ADMIN_ERRORS)  # fmt: skip
+async def flush(
+    runtime: Runtime,
+    tenant: str | None = None,
+    model: str | None = None,
+    everything: bool = Parameter(
+        query="all", default=False, description="without a filter: flush every entry"
+    ),
+) -> Flushed:
+    # Said explicitly: `DELETE /admin/cache/entries/..` reaches this route as
+    # `DELETE /admin/cache` once curl or httpx resolve the dots, and must not flush it all.
+    if not everything and tenant is None and model is None:
+        raise APIError(400, "say which entries: tenant and/or model, or all=true for every "
+                       "entry", param="all", code=MISSING_SCOPE)  # fmt: skip
     return Flushed(await _cache(runtime).store.flush(tenant, model))
 
 
@@ -239,15 +248,12 @@ async def flush(runtime: Runtime, tenant: str | None = None, model: str | None =
       dto=StrictJSON[LookupRequest], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
 async def lookup(data: LookupRequest, runtime: Runtime) -> LookupView:
     cache = _cache(runtime)
-    _similarity(data.threshold, "threshold")
-    if data.messages and data.question:
+    if (data.messages is None) == (data.question is None):
         raise APIError(400, "give `messages` or `question`, not both", param="question")
-    if data.messages:
+    if data.messages is not None:
         messages = flatten_messages(data.messages)
-    elif data.question:
-        messages = [{"role": "user", "content": data.question}]
     else:
-        raise APIError(400, "give `messages` or `question`", param="messages")
+        messages = [{"role": "user", "content": data.question}]
     request = CacheRequest(
         model=_model(runtime, data.model),
         messages=messages,
@@ -278,6 +284,20 @@ async def lookup(data: LookupRequest, runtime: Runtime) -> LookupView:
     )
 
 
+def _options(*handlers: HTTPRouteHandler) -> HTTPRouteHandler:
+    """OPTIONS for a path that several handlers serve, listing all their methods. Put
+    before them: Litestar makes one of its own as a path's first handler is registered,
+    and that one lists only the first handler's method, however many follow."""
+    allow = ", ".join(sorted({"OPTIONS"}.union(*(h.http_methods for h in handlers))))
+    (path,) = handlers[0].paths
+
+    @route(path, http_method="OPTIONS", status_code=204, include_in_schema=False)
+    async def options() -> Response[None]:
+        return Response(None, status_code=204, headers={"Allow": allow})
+
+    return options
+
+
 admin_router = Router(
     path="/admin",
     guards=[admin_guard],
@@ -285,11 +305,14 @@ admin_router = Router(
     security=[{"AdminKey": []}],
     exception_handlers={RedisConnectionError: _lost_redis},
     route_handlers=[
+        _options(get_threshold, put_threshold),
         get_threshold,
         put_threshold,
         stats,
+        _options(list_entries, seed_entry),
         list_entries,
         seed_entry,
+        _options(get_entry, delete_entry),
         get_entry,
         delete_entry,
         flush,

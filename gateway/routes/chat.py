@@ -14,7 +14,8 @@ from gateway import server_timing
 from gateway.bypass import bypass_reason
 from gateway.completions import Answer, CacheDirectives, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
-from gateway.openapi_docs import CHAT_RESPONSES, ChatOperation
+from gateway.openapi_docs import CHAT_RESPONSES, AnswerOperation
+from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.schemas import (
     ChatCompletion,
@@ -95,7 +96,7 @@ async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
     dto=StrictJSON[ChatCompletionRequest],
     return_dto=None,
     responses=CHAT_RESPONSES,
-    operation_class=ChatOperation,
+    operation_class=AnswerOperation,
 )
 async def chat_completions(
     data: ChatCompletionRequest,
@@ -116,14 +117,16 @@ async def chat_completions(
     # Until the response starts, a client that hangs up gets its work cancelled (queued,
     # prefilling, or a JSON answer being generated); a stream notices on its own.
     watch = DisconnectWatch(request.receive)
+    rid = request_id(request.scope)
     try:
         if runtime.passthrough is not None and runtime.passthrough.serves(data.model):
             # The body as received (decoded strictly into `data` already): what the
             # upstreams get if the cache cannot key it.
             body = msgspec.json.decode(await request.body())
             if (reason := bypass_reason(data, body)) is not None:
-                return await watch.run(runtime.passthrough.answer(data, body, reason, tenant))
-        answer = await watch.run(chat.answer(data, tenant, directives))
+                answered = runtime.passthrough.answer(data, body, reason, tenant, rid)
+                return await watch.run(answered)
+        answer = await watch.run(chat.answer(data, tenant, directives, rid))
         headers = {"X-Cache-Status": answer.cache_status.capitalize(), **answer.headers}
         if data.stream:
             # What is known before the answer: the lookup, the engine's queue and prefill.

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import msgspec
 from litestar import Request, Response, post
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import Stream
 
 from gateway.embeddings import EmbeddingList, EmbeddingRequest, EmbeddingService
 from gateway.openapi_docs import error_responses
+from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.strict_json import StrictJSON
 
@@ -24,7 +26,10 @@ PATH = "/v1/embeddings"
     tags=["embeddings"],
     dto=StrictJSON[EmbeddingRequest],
     return_dto=None,
-    responses=error_responses(400, 401, 404, 413, 422, 429, 503),
+    responses={
+        200: ResponseSpec(EmbeddingList, description="The vectors", generate_examples=False),
+        **error_responses(400, 401, 404, 413, 422, 429, 502, 503, 504),
+    },
 )
 async def create_embeddings(
     data: EmbeddingRequest, request: Request, embeddings: EmbeddingService, runtime: Runtime
@@ -34,5 +39,7 @@ async def create_embeddings(
     if passthrough and not embeddings.serves(data.model) and passthrough.serves(data.model):
         body = msgspec.json.decode(await request.body())
         tenant: str = request.state.tenant  # set by api_key_guard (the /v1 router's)
-        return await passthrough.answer(data, body, BYPASS_REASON, tenant, PATH)
+        return await passthrough.answer(
+            data, body, BYPASS_REASON, tenant, request_id(request.scope), PATH
+        )
     return await embeddings.create(data)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+import msgspec
 from litestar import Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.errors import APIError
+from gateway.openapi_docs import error_responses
 from gateway.runtime import Runtime
 
 
@@ -13,23 +18,40 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
+class UpstreamView(msgspec.Struct, omit_defaults=True):
+    name: str  # a remote server's base URL, or "in-process"
+    up: bool
+    detail: str | None = None  # why it is not used, while it is down
+
+
+class ReadyView(msgspec.Struct, omit_defaults=True):
+    status: Literal["ready"]
+    models: list[str]
+    cache: Literal["up", "down", "off"]
+    cache_detail: str | None = None  # why the cache is down
+    upstreams: list[UpstreamView] = msgspec.field(default_factory=list)
+
+
 @get(
     "/ready",
     summary="200 while chat can be answered (the model or an upstream is up), else 503",
     description='The cache\'s state is in the body: "cache" is "up", "down" (starting, or '
-    'Redis down: chat is answered uncached; "cache_detail" says why) or "off".',
+    'Redis down: chat is answered uncached; "cache_detail" says why) or "off". With '
+    "upstreams, each one's state, and why one that is down is not used; the 503 says it too.",
     tags=["ops"],
+    responses=error_responses(503),
 )
-async def ready(runtime: Runtime) -> dict[str, object]:
-    runtime.check_ready()
-    body: dict[str, object] = {
-        "status": "ready",
-        "models": runtime.upstream.models(),
-        "cache": runtime.cache_state,
-    }
-    if (reason := runtime.cache_down_reason()) is not None:
-        body["cache_detail"] = reason
-    return body
+async def ready(runtime: Runtime) -> ReadyView:
+    upstreams = [UpstreamView(h.name, h.up, h.detail) for h in runtime.upstream.health()]
+    try:
+        runtime.check_ready()
+    except APIError as exc:  # and why each upstream is not used
+        exc.message = "; ".join(
+            [exc.message, *(f"{u.name}: {u.detail}" for u in upstreams if u.detail)]
+        )
+        raise
+    models = runtime.upstream.models()
+    return ReadyView("ready", models, runtime.cache_state, runtime.cache_down_reason(), upstreams)
 
 
 # Litestar adds the charset to a text/* media type itself: given prometheus_client's

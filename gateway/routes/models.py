@@ -1,23 +1,29 @@
 """GET /v1/models and /v1/models/{id} (on the /v1 router, gateway/app.py): every model
-served, in-process or by upstreams, and every alias of one, each with its owner."""
+served, in-process or by upstreams, and every alias of one, each with its owner, then
+the bundled embedder that /v1/embeddings serves."""
 
 from __future__ import annotations
 
 from litestar import get
 
+from gateway.embeddings import BUNDLED_NAME, EmbeddingService
 from gateway.openapi_docs import error_responses
 from gateway.schemas import ModelCard, ModelList
 from gateway.upstream import ModelRouter
+from gateway.upstream.router import LOCAL_OWNER
 
 
 @get(
     "/models",
-    summary="List the served models",
+    summary="List the served models (chat first, the first the default), then the embedder",
     tags=["models"],
     responses=error_responses(401, 429),
 )
 async def list_models(upstream: ModelRouter, started: int) -> ModelList:
-    return ModelList([ModelCard(m, started, upstream.owner(m)) for m in upstream.models()])
+    cards = [ModelCard(m, started, upstream.owner(m)) for m in upstream.models()]
+    if BUNDLED_NAME not in upstream.models():
+        cards.append(ModelCard(BUNDLED_NAME, started, LOCAL_OWNER))
+    return ModelList(cards)
 
 
 @get(
@@ -26,7 +32,11 @@ async def list_models(upstream: ModelRouter, started: int) -> ModelList:
     tags=["models"],
     responses=error_responses(400, 401, 404, 429, 503),
 )
-async def get_model(model_id: str, upstream: ModelRouter, started: int) -> ModelCard:
+async def get_model(
+    model_id: str, upstream: ModelRouter, embeddings: EmbeddingService, started: int
+) -> ModelCard:
     model_id = model_id.lstrip("/")
+    if embeddings.serves(model_id) and model_id not in upstream.models():
+        return ModelCard(model_id, started, LOCAL_OWNER)
     # owner() refuses a model nobody serves: 404 (503 while upstreams still list theirs).
     return ModelCard(model_id, started, upstream.owner(model_id))

@@ -12,7 +12,8 @@ from litestar.response import ServerSentEvent, Stream
 from gateway import server_timing
 from gateway.completions import Answer, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
-from gateway.openapi_docs import error_responses
+from gateway.openapi_docs import AnswerOperation, answer_responses
+from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.schemas import CompletionChoice, CompletionRequest, TextCompletion, Usage
 from gateway.streamed_answer import CLIENT_CLOSED_REQUEST, ended, timings_of, usage_of
@@ -74,7 +75,8 @@ async def _events(answer: Answer, include_usage: bool, echo: str) -> AsyncIterat
     tags=["completions"],
     dto=StrictJSON[CompletionRequest],
     return_dto=None,
-    responses=error_responses(400, 401, 404, 413, 422, 429, 503),
+    responses=answer_responses(TextCompletion),
+    operation_class=AnswerOperation,
 )
 async def text_completions(
     data: CompletionRequest, request: Request, chat: ChatService, runtime: Runtime
@@ -86,7 +88,8 @@ async def text_completions(
     try:
         if runtime.passthrough is not None and runtime.passthrough.serves(data.model):
             body = msgspec.json.decode(await request.body())
-            answered = runtime.passthrough.answer(data, body, BYPASS_REASON, tenant, PATH)
+            rid = request_id(request.scope)
+            answered = runtime.passthrough.answer(data, body, BYPASS_REASON, tenant, rid, PATH)
             return await watch.run(answered)
         job = to_text_job(data, runtime.upstream.models(), tenant)
         echo = echo_text(job, runtime.upstream) if data.echo else ""

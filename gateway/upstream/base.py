@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from engine.sampling_params import SamplingParams
 from engine.step_window import StepWindowStats
 from engine.tokenizer import Tokenizer
 from gateway.errors import APIError
@@ -24,13 +25,17 @@ class ChatJob:
     model: str
     messages: list[dict[str, str]]
     max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
+    # Unsent, the engine's defaults (OpenAI's too).
+    temperature: float = SamplingParams.temperature
+    top_p: float = SamplingParams.top_p
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks, tests)
     cache_salt: str | None = None  # vLLM's extension: prefix-cache blocks shared only within
     prompt: str | list[int] | None = None
+    # The request's X-Request-Id (the client's own when it sent one): remote servers are
+    # sent it, so that their logs name the request as the client's and the gateway's do.
+    trace_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ class UpstreamHealth:
     # None where it exports neither.
     running: int | None = None
     waiting: int | None = None
+    detail: str | None = None  # why it is not used, while it is down
 
 
 class UpstreamError(APIError):

@@ -30,8 +30,19 @@ _RETRYABLE = (
     httpx.ReadError,
     httpx.WriteError,
 )
+# Of those, the ones after which the server may have begun on the request: it accepted
+# the connection and the request, then dropped them. If no other server can answer, the
+# client is told the upstream failed (502), not that none was there to ask (503).
+_DROPPED = (httpx.RemoteProtocolError, httpx.ReadError)
 # 5xx answers that say "this server cannot serve now" rather than "this request broke it".
 _DOWN_STATUSES = (502, 503, 504)
+
+
+def base_url(url: str) -> str:
+    """A server's root however it was given: OpenAI clients and LiteLLM write an
+    OpenAI-compatible server's URL with its /v1 (`http://host:8000/v1`), semgate without;
+    the paths asked (/ready, /health, /v1/models, /v1/chat/completions) are the root's."""
+    return url.rstrip("/").removesuffix("/v1")
 
 
 @dataclass
@@ -41,7 +52,9 @@ class _Server:
     models: list[str] = field(default_factory=list)
     error: str = "not probed yet"
     # semgate's /ready lists the models too; servers without it (vLLM) are asked
-    # /health and /v1/models instead, from their first 404 on.
+    # /health and /v1/models instead, from their first 404 on. A /ready that answers
+    # otherwise than semgate's (llama-server's `{"status": "ok"}`) says alive, and the
+    # models come from /v1/models.
     ready_path: str | None = "/ready"
     # Its engine's load from its /metrics (None: unknown); asked no more after a 404.
     load: RemoteLoad = UNKNOWN_LOAD
@@ -68,7 +81,7 @@ class HttpUpstream:
         if not base_urls:
             raise ValueError("HttpUpstream needs at least one base URL")
         self.model = model
-        self._servers = [_Server(url.rstrip("/")) for url in base_urls]
+        self._servers = [_Server(base_url(url)) for url in base_urls]
         self._timeout = timeout
         self._health_interval = health_interval
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -134,7 +147,10 @@ class HttpUpstream:
 
     def health(self) -> list[UpstreamHealth]:
         return [
-            UpstreamHealth(s.base, s.healthy, s.load.running, s.load.waiting) for s in self._servers
+            UpstreamHealth(
+                s.base, s.healthy, s.load.running, s.load.waiting, None if s.healthy else s.error
+            )
+            for s in self._servers
         ]
 
     def refuse_oversized(self, job: ChatJob) -> None:
@@ -146,8 +162,9 @@ class HttpUpstream:
         body = _request_body(job)
         tried: set[str] = set()
         failures: list[str] = []
+        request_id = job.trace_id or job.request_id
         while True:
-            server, resp = await self._open(job.model, body, job.request_id, tried, failures)
+            server, resp = await self._open(job.model, body, request_id, tried, failures)
             yielded = False
             try:
                 if resp.status_code >= 500:  # this request broke it: not for the others
@@ -165,9 +182,7 @@ class HttpUpstream:
                 reason = f"{type(exc).__name__}: {exc}"
                 self._mark_down(server, reason)
                 if yielded:
-                    raise UpstreamError(
-                        502, "the upstream failed mid-answer", "upstream_error"
-                    ) from exc
+                    raise _mid_answer() from exc
                 failures.append(f"{server.base}: {reason}")
             except httpx.HTTPError as exc:
                 raise upstream_failure(exc) from exc
@@ -183,8 +198,8 @@ class HttpUpstream:
     ) -> httpx.Response:
         """`body` as it is, POSTed to `path` on a healthy server that serves `model`, as stream()
         sends its jobs (servers that cannot be reached, or answer 502, 503 or 504, are
-        marked down and the next is tried). Returns the response with its head read and
-        its body not: the caller reads and closes it."""
+        marked down and the next is tried), with `request_id` as its X-Request-Id. Returns
+        the response with its head read and its body not: the caller reads and closes it."""
         return (await self._open(model, body, request_id, set(), [], path))[1]
 
     async def _open(
@@ -197,10 +212,11 @@ class HttpUpstream:
         path: str = "/v1/chat/completions",
     ) -> tuple[_Server, httpx.Response]:
         """The first response (head only) from a healthy untried server that can serve
-        now; 503 when none is left."""
+        now; when none is left, 502 if one dropped the request, else 503."""
         if self._client is None:
             raise RuntimeError("HttpUpstream used before start()")
-        headers = {"X-Request-Id": request_id}  # the completion id, for the engine's logs
+        headers = {"X-Request-Id": request_id}  # the request's own, for the server's logs
+        dropped = False
         while (server := self._pick(model, tried)) is not None:
             tried.add(server.base)
             request = self._client.build_request(
@@ -212,6 +228,7 @@ class HttpUpstream:
                 reason = f"{type(exc).__name__}: {exc}"
                 self._mark_down(server, reason)
                 failures.append(f"{server.base}: {reason}")
+                dropped = dropped or isinstance(exc, _DROPPED)
                 continue
             except httpx.HTTPError as exc:  # a timeout, or a failure not worth a retry
                 raise upstream_failure(exc) from exc
@@ -223,6 +240,8 @@ class HttpUpstream:
             return server, resp
         # Details (addresses, errors) go to the log, not to clients.
         logger.warning("no healthy upstream: %s", "; ".join(failures) or self._describe())
+        if dropped:
+            raise _mid_answer()
         raise UpstreamError(
             503,
             "no healthy upstream; retry shortly",
@@ -290,16 +309,19 @@ class HttpUpstream:
 
     async def _probe_models(self, server: _Server, timeout: float) -> list[str]:
         """The served models if the server is ready; raises otherwise. One request to a
-        semgate server, two to one without /ready."""
+        semgate server, two to any other."""
         assert self._client is not None
         if server.ready_path is not None:
             resp = await self._client.get(server.base + server.ready_path, timeout=timeout)
-            if resp.status_code != 404:
+            if resp.status_code == 404:
+                server.ready_path = None
+            else:
                 resp.raise_for_status()
-                return [str(m) for m in resp.json()["models"]]
-            server.ready_path = None
-        resp = await self._client.get(f"{server.base}/health", timeout=timeout)
-        resp.raise_for_status()
+                if (models := _semgate_models(resp)) is not None:
+                    return models
+        if server.ready_path is None:
+            resp = await self._client.get(f"{server.base}/health", timeout=timeout)
+            resp.raise_for_status()
         resp = await self._client.get(f"{server.base}/v1/models", timeout=timeout)
         resp.raise_for_status()
         return [m["id"] for m in resp.json()["data"]]
@@ -311,6 +333,21 @@ class HttpUpstream:
                 await self._probe_all()
             except Exception:  # keep checking whatever one round hit
                 logger.exception("upstream health check round failed")
+
+
+def _semgate_models(resp: httpx.Response) -> list[str] | None:
+    """The models a semgate /ready lists; None for any other server's answer."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(models := body.get("models"), list):
+        return None
+    return [str(m) for m in models]
+
+
+def _mid_answer() -> UpstreamError:
+    return UpstreamError(502, "the upstream failed mid-answer", "upstream_error")
 
 
 @dataclass(frozen=True)

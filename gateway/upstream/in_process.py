@@ -125,7 +125,7 @@ class InProcessEngine:
             vocab = self.llm.vocab_size
             if not all(0 <= t < vocab for t in job.prompt):
                 message = f"prompt token ids must be in [0, {vocab}) for this model"
-                raise UpstreamError(400, message, param="prompt")
+                raise UpstreamError(400, message, param="prompt", code="unsupported_value")
             return list(job.prompt)
         if job.prompt is not None:  # a text completion's: no chat template
             return tokenizer.encode(job.prompt)

@@ -2,9 +2,13 @@
 process: it answers tool calls (whole, or as streamed tool-call deltas), structured
 outputs, logprobs and n > 1, text completions (/v1/completions: `COMPLETION`),
 embeddings (/v1/embeddings: `EMBEDDING` for each input), and records every body it
-receives. A body naming `x_status` gets that status with an OpenAI
-error (vLLM-style: an unknown field that only a server behind the gateway reads). Chat
-answers name the model they were sent; /v1/models lists the fake's `models`."""
+receives, and each one's X-Request-Id. A body naming `x_status` gets that status with an
+OpenAI error (vLLM-style: an unknown field that only a server behind the gateway reads);
+one naming `x_drop` has its connection closed with no answer, as a server that dies
+while it generates. Chat answers name the model they were sent; /v1/models lists the
+fake's `models`. With `llama`, it answers as llama.cpp's llama-server does: /health and
+/ready say `{"status": "ok"}`, answers name its GGUF file (`GGUF`), and a stream's last
+chunk has llama-server's `timings` (`LLAMA_TIMINGS`) and no Server-Timing header."""
 
 from __future__ import annotations
 
@@ -23,6 +27,12 @@ SERVER_TIMING = "queue;dur=1.5, prefill;dur=2.5, decode;dur=3.5"
 COMPLETION = " Paris, of course."  # every text completion's
 EMBEDDING = [0.6, 0.8]  # every embedding's
 ERROR = {"message": "I'm a teapot", "type": "invalid_request_error", "param": None, "code": "x"}
+GGUF = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+LLAMA_TIMINGS = {
+    "cache_n": 36, "prompt_n": 1, "prompt_ms": 12.5, "prompt_per_token_ms": 12.5,
+    "prompt_per_second": 80.0, "predicted_n": 7, "predicted_ms": 116.6,
+    "predicted_per_token_ms": 16.7, "predicted_per_second": 60.0,
+}  # fmt: skip
 
 
 def _message(body: dict[str, Any], index: int) -> tuple[dict[str, Any], str]:
@@ -114,9 +124,11 @@ def _text_completions(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
 class FakeUpstream:
     """Serves on a free loopback port while entered; `bodies` holds each body posted."""
 
-    def __init__(self, models: tuple[str, ...] = (MODEL,)) -> None:
+    def __init__(self, models: tuple[str, ...] = (MODEL,), llama: bool = False) -> None:
         self.models = models
+        self.llama = llama
         self.bodies: list[dict[str, Any]] = []
+        self.request_ids: list[str | None] = []
         self.port = free_port()
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -151,7 +163,9 @@ class FakeUpstream:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                if self.path == "/health":
+                if fake.llama and self.path in ("/health", "/ready"):
+                    self._send(200, {"status": "ok"})
+                elif self.path == "/health":
                     self._send(200, {})
                 elif self.path == "/v1/models":
                     data = [{"id": model, "object": "model"} for model in fake.models]
@@ -162,7 +176,11 @@ class FakeUpstream:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.bodies.append(body)
-                if "x_status" in body:
+                fake.request_ids.append(self.headers.get("X-Request-Id"))
+                answered = GGUF if fake.llama else body["model"]
+                if "x_drop" in body:
+                    self.close_connection = True
+                elif "x_status" in body:
                     self._send(body["x_status"], {"error": ERROR}, Retry_After="7")
                 elif self.path == "/v1/completions":
                     self._stream(_text_completions(body), bool(body.get("stream")))
@@ -174,15 +192,21 @@ class FakeUpstream:
                     answer = {"object": "list", "data": data, "model": body["model"]}
                     self._send(200, {**answer, "usage": usage})
                 elif not body.get("stream"):
-                    answer = {**_completion(body), "model": body["model"]}
-                    self._send(200, answer, Server_Timing=SERVER_TIMING)
+                    answer = {**_completion(body), "model": answered}
+                    self._send(
+                        200, answer, **({} if fake.llama else {"Server_Timing": SERVER_TIMING})
+                    )
                 else:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Server-Timing", SERVER_TIMING)
+                    if not fake.llama:
+                        self.send_header("Server-Timing", SERVER_TIMING)
                     self.end_headers()
-                    for chunk in _chunks(body):
-                        chunk["model"] = body["model"]
+                    chunks = list(_chunks(body))
+                    if fake.llama:
+                        chunks[-1]["timings"] = LLAMA_TIMINGS
+                    for chunk in chunks:
+                        chunk["model"] = answered
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                         self.wfile.flush()
                     self.wfile.write(b"data: [DONE]\n\n")

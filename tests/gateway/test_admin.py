@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import httpx
@@ -67,7 +68,7 @@ def test_threshold_is_validated(admin: httpx.Client, body: dict[str, object]):
     ("method", "path", "body", "status", "param"),
     [
         ("put", "/admin/cache/threshold", {"defualt": 0.9}, 422, None),
-        ("put", "/admin/cache/threshold", {"per_tenant": {"alice": 1.5}}, 400, "per_tenant.alice"),
+        ("put", "/admin/cache/threshold", {"per_tenant": {"alice": 1.5}}, 400, "per_tenant"),
         ("put", "/admin/cache/threshold", {"per_model": {"gpt-9": 0.9}}, 404, "per_model.gpt-9"),
         ("post", "/admin/cache/lookup", {"question": "Hi?", "threshold": 5}, 400, "threshold"),
         ("post", "/admin/cache/lookup", {"question": "Hi?", "model": "gpt-9"}, 404, "model"),
@@ -132,6 +133,21 @@ def test_seed_list_get_delete_and_flush(admin: httpx.Client, alice: openai.OpenA
         body = {"question": question, "answer": "x", "tenant": "bob"}
         admin.post("/admin/cache/entries", json=body).raise_for_status()
     assert admin.delete("/admin/cache", params={"tenant": "bob"}).json() == {"deleted": 2}
+
+
+def test_flushing_everything_must_be_said(admin: httpx.Client):
+    """`DELETE /admin/cache/entries/..` (an entry id gone wrong) is sent as
+    `DELETE /admin/cache` by httpx and curl: with no filter, nothing is flushed."""
+    body = {"question": f"Kept? {uuid.uuid4().hex[:8]}", "answer": "Yes.", "tenant": "carol"}
+    admin.post("/admin/cache/entries", json=body).raise_for_status()
+    refused = admin.delete("/admin/cache/entries/..")
+    assert refused.request.url.path == "/admin/cache"
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "missing_scope"
+    filtered = admin.delete("/admin/cache", params={"all": "true", "tenant": "dave"})
+    assert filtered.json() == {"deleted": 0}  # a filter given: all=true adds nothing
+    assert admin.get("/admin/cache/entries", params={"tenant": "carol"}).json()["total"] == 1
+    assert admin.delete("/admin/cache", params={"all": "true"}).json()["deleted"] >= 1
+    assert admin.get("/admin/cache/entries", params={"tenant": "carol"}).json()["total"] == 0
 
 
 def test_seed_rejects_empty_answers(admin: httpx.Client):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -84,3 +89,64 @@ def test_dockerfile_installs_torch_before_the_project() -> None:
     assert any(line.startswith("FROM python:3.11-slim") for line in lines)
     assert any(line.startswith("USER") and "root" not in line for line in lines)
     assert 'ENTRYPOINT ["semgate"]' in lines
+
+
+def _copy_set(build: Path) -> None:
+    """The build context's files that the Dockerfile's COPY lines put into /src (its
+    WORKDIR when it builds the wheel), laid out under `build` as the image has them."""
+    ignored = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    for line in DOCKERFILE.read_text().splitlines():
+        words = line.split()
+        if not words or words[0] != "COPY" or any(w.startswith("--") for w in words):
+            continue
+        *sources, dest = words[1:]
+        for source in sources:
+            target = build / dest / source if dest.endswith("/") else build / dest
+            if (ROOT / source).is_dir():
+                shutil.copytree(ROOT / source, target, ignore=ignored)
+            else:
+                shutil.copy(ROOT / source, target)
+
+
+# Run with -S (no site: the checkout's editable install is not on the path) from outside
+# the checkout, with the wheel's files first and the environment's packages after them.
+_IMPORT_ENTRY_POINTS = """
+import importlib, sys
+from importlib.metadata import EntryPoint
+site, scripts, packages = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+for name in packages:
+    module = importlib.import_module(name)
+    assert module.__file__.startswith(site), f"{name} imported from {module.__file__}"
+for spec in scripts:
+    name, _, value = spec.partition("=")
+    assert callable(EntryPoint(name.strip(), value.strip(), "console_scripts").load()), spec
+"""
+
+
+def test_the_image_wheel_holds_every_package_and_entry_point(tmp_path: Path) -> None:
+    """The wheel the Dockerfile builds, from exactly its copy set, installs every package
+    pyproject lists and its console scripts import from it (a package left out of the
+    copy set made `semgate` fail with ModuleNotFoundError in the image)."""
+    build, wheels, site = tmp_path / "src", tmp_path / "wheels", tmp_path / "site"
+    build.mkdir()
+    _copy_set(build)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    built = subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", wheels, build],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = wheels.glob("semgate-*.whl")
+    zipfile.ZipFile(wheel).extractall(site)
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = [p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]]
+    scripts = [f"{name}={target}" for name, target in project["project"]["scripts"].items()]
+    environment = sysconfig.get_paths()["purelib"]
+    imported = subprocess.run(
+        [sys.executable, "-S", "-c", _IMPORT_ENTRY_POINTS, str(site), " ".join(scripts),
+         " ".join(packages)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), environment])},
+    )  # fmt: skip
+    assert imported.returncode == 0, imported.stderr

@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.embeddings import BUNDLED_NAME as EMBEDDER
 from gateway.errors import APIError
 from gateway.schemas import ChatCompletionRequest
 from gateway.strict_json import decode_strict
@@ -27,22 +28,25 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
     return error
 
 
+HI = b'[{"role": "user", "content": "Hi"}]'  # a valid `messages`
+
+
 @pytest.mark.parametrize(
     ("content", "status", "param"),
     [
         (b'{"model": "x", "messages": [', 400, None),
         (b"", 400, None),
-        (b'{"model": 3, "messages": []}', 422, "model"),
+        (b'{"model": 3, "messages": ' + HI + b"}", 422, "model"),
         (b'{"model": "m", "messages": "hello"}', 422, "messages"),
-        (b'{"messages": []}', 422, None),
+        (b'{"messages": ' + HI + b"}", 422, None),
         (b'{"model": "m", "messages": [{"role": "robot", "content": "x"}]}', 422, None),
         # Strict types: strings are never coerced into numbers or booleans.
-        (b'{"model": "m", "messages": [], "temperature": "0.5"}', 422, "temperature"),
-        (b'{"model": "m", "messages": [], "max_tokens": "4"}', 422, "max_tokens"),
-        (b'{"model": "m", "messages": [], "stream": "true"}', 422, "stream"),
+        (b'{"model": "m", "messages": ' + HI + b', "temperature": "0.5"}', 422, "temperature"),
+        (b'{"model": "m", "messages": ' + HI + b', "max_tokens": "4"}', 422, "max_tokens"),
+        (b'{"model": "m", "messages": ' + HI + b', "stream": "true"}', 422, "stream"),
         # Not UTF-8, and nested past any parser's recursion limit: 400, never a 500.
         (b'{"model": "m", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None),
-        (b'{"model": "m", "messages": [], "tools": [' + b'{"a": ' * 100_000 + b"1"
+        (b'{"model": "m", "messages": ' + HI + b', "tools": [' + b'{"a": ' * 100_000 + b"1"
          + b"}" * 100_000 + b"]}", 400, None),
     ],
     ids=["malformed", "empty-body", "wrong-type", "messages-not-list", "no-model", "bad-role",
@@ -60,28 +64,60 @@ def test_malformed_and_mistyped_bodies(
         assert error["param"] == param
 
 
+UNSUPPORTED = "unsupported_value"  # what this engine cannot do: OpenAI's code for it
+
+
 @pytest.mark.parametrize(
-    ("overrides", "param"),
+    ("overrides", "param", "code"),
     [
-        ({"messages": []}, "messages"),
-        ({"n": 2}, "n"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-        ({"logprobs": True}, "logprobs"),
-        ({"temperature": 3}, "temperature"),
-        ({"max_tokens": 0}, "max_tokens"),
-        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
-        ({"messages": [{"role": "tool", "tool_call_id": "c", "content": "42"}]}, "messages"),
-        ({"response_format": {"type": "json_schema", "json_schema": {}}}, "response_format"),
-        ({"top_k": 40}, "top_k"),
-        ({"repetition_penalty": 1.2}, "repetition_penalty"),
+        ({"messages": []}, "messages", None),
+        ({"n": 2}, "n", UNSUPPORTED),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", UNSUPPORTED),
+        ({"logprobs": True}, "logprobs", UNSUPPORTED),
+        ({"temperature": 3}, "temperature", None),
+        ({"max_tokens": 0}, "max_tokens", None),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop", None),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages",
+         UNSUPPORTED),
+        ({"messages": [{"role": "tool", "tool_call_id": "c", "content": "42"}]}, "messages",
+         UNSUPPORTED),
+        ({"response_format": {"type": "json_schema", "json_schema": {}}}, "response_format",
+         UNSUPPORTED),
+        ({"top_k": 40}, "top_k", UNSUPPORTED),
+        ({"repetition_penalty": 1.2}, "repetition_penalty", UNSUPPORTED),
+        # A user's content must be text: null and no parts are alike refused.
+        ({"messages": [{"role": "user", "content": None}]}, "messages", None),
+        ({"messages": [{"role": "user", "content": []}]}, "messages", None),
     ],
     ids=["empty-messages", "n", "tools", "logprobs", "temperature", "max-tokens", "stop", "image",
-         "tool-message", "json-schema", "top-k", "repetition-penalty"],
+         "tool-message", "json-schema", "top-k", "repetition-penalty", "null-content",
+         "no-parts"],
 )  # fmt: skip
-def test_values_the_engine_cannot_honour(http: httpx.Client, overrides: dict, param: str):
+def test_values_the_engine_cannot_honour(
+    http: httpx.Client, overrides: dict, param: str, code: str | None
+):
     response = http.post("/v1/chat/completions", json=chat_body("Hi", **overrides))
-    assert assert_error(response, 400)["param"] == param
+    error = assert_error(response, 400)
+    assert (error["param"], error["code"]) == (param, code)
+
+
+def test_whole_floats_are_integers(http: httpx.Client):
+    """JSON has one number type: 4.0 for max_tokens is 4, as JSON Schema reads it."""
+    response = http.post("/v1/chat/completions", json=chat_body("Hi", max_tokens=4.0, seed=7.0))
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] <= 4
+    fraction = http.post("/v1/chat/completions", json=chat_body("Hi", max_tokens=4.5))
+    assert assert_error(fraction, 422)["param"] == "max_tokens"
+
+
+def test_an_assistants_empty_content_is_empty_text(http: httpx.Client):
+    turns = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": []},
+        {"role": "user", "content": "Hi again"},
+    ]
+    response = http.post("/v1/chat/completions", json=chat_body("Hi", messages=turns))
+    assert response.status_code == 200, response.text
 
 
 @pytest.mark.parametrize(
@@ -105,7 +141,8 @@ def test_values_the_engine_cannot_honour(http: httpx.Client, overrides: dict, pa
 )
 def test_values_out_of_range_are_400_and_wrong_types_422(fields: str, status: int, param: str):
     """The request's limits are constraints on its fields, checked as the body is decoded."""
-    body = f'{{"model": "m", "messages": [], {fields}}}'.encode()
+    hi = '{"role": "user", "content": "Hi"}'
+    body = f'{{"model": "m", "messages": [{hi}], {fields}}}'.encode()
     with pytest.raises(APIError) as refused:
         decode_strict(body, ChatCompletionRequest)
     assert (refused.value.status, refused.value.param) == (status, param)
@@ -114,7 +151,7 @@ def test_values_out_of_range_are_400_and_wrong_types_422(fields: str, status: in
 
 def test_values_within_the_limits_are_decoded():
     body = (
-        b'{"model": "m", "messages": [], "temperature": 0, "top_p": 1, "max_tokens": 1,'
+        b'{"model": "m", "messages": ' + HI + b', "temperature": 0, "top_p": 1, "max_tokens": 1,'
         b' "seed": 9223372036854775807, "stop": ["a", "b", "c", "d"], "cache": {"ttl": 1}}'
     )
     request = decode_strict(body, ChatCompletionRequest)
@@ -148,8 +185,11 @@ def test_unknown_route_and_method(http: httpx.Client):
 
 
 def test_models(alice: openai.OpenAI, http: httpx.Client):
-    assert [m.id for m in alice.models.list()] == [MODEL]
+    """The chat model (the default) and the embedder that /v1/embeddings serves."""
+    assert [m.id for m in alice.models.list()] == [MODEL, EMBEDDER]
     assert alice.models.retrieve(MODEL).id == MODEL
+    assert alice.models.retrieve(EMBEDDER).owned_by == "semgate"
+    assert alice.embeddings.create(model=EMBEDDER, input="hi").model.startswith(EMBEDDER)
     assert_error(http.get("/v1/models/not-a-model"), 404, "model_not_found")
 
 
@@ -157,7 +197,12 @@ def test_health_ready_schema_and_request_ids(gateway: Server):
     assert httpx.get(gateway.url + "/health").json() == {"status": "ok"}
     ready = httpx.get(gateway.url + "/ready")
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "models": [MODEL], "cache": "up"}
+    assert ready.json() == {
+        "status": "ready",
+        "models": [MODEL],
+        "cache": "up",
+        "upstreams": [{"name": "in-process", "up": True}],
+    }
     schema = httpx.get(gateway.url + "/schema/openapi.json").json()
     assert "/v1/chat/completions" in schema["paths"] and "/admin/cache/threshold" in schema["paths"]
     given = httpx.get(gateway.url + "/health", headers={"x-request-id": "trace-42"})
@@ -269,9 +314,20 @@ def test_openapi_describes_what_the_server_sends(gateway: Server):
     assert answer_headers | {"Server-Timing"} <= set(ok["headers"])
     assert "`timings`" in ok["content"]["text/event-stream"]["schema"]["description"]
     assert "cache-control" in [p["name"] for p in chat["parameters"]]
+    # The limits as msgspec checks them (bounds of 0 included), from the same declaration.
     limits = spec["components"]["schemas"]["ChatCompletionRequest"]["properties"]
-    assert limits["temperature"]["maximum"] == 2
-    assert limits["max_tokens"]["minimum"] == 1
+    assert limits["temperature"]["anyOf"][0] == {"type": "number", "minimum": 0, "maximum": 2}
+    assert limits["top_p"]["anyOf"][0] == {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+    assert limits["max_tokens"]["anyOf"][0] == {"type": "integer", "minimum": 1}
+    assert limits["messages"]["minItems"] == 1
+    admin = spec["components"]["schemas"]
+    assert admin["ThresholdUpdate"]["additionalProperties"] is False
+    assert admin["SeedEntry"]["properties"]["ttl"]["anyOf"][0]["maximum"] == 315360000
+    similarity = admin["ThresholdUpdate"]["properties"]["default"]["anyOf"][0]
+    assert (similarity["minimum"], similarity["maximum"]) == (0, 1)
+    embeddings = spec["paths"]["/v1/embeddings"]["post"]["responses"]["200"]
+    assert embeddings["content"]["application/json"]["schema"]["$ref"].endswith("/EmbeddingList")
+    assert {"200", "503"} <= set(spec["paths"]["/ready"]["get"]["responses"])
     for status in ("400", "401", "404", "413", "422", "429", "503"):
         schema = chat["responses"][status]["content"]["application/json"]["schema"]
         assert schema["$ref"].endswith("/ErrorResponse"), status

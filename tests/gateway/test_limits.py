@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 
+from gateway.rate_limits import FAILED_AUTH_RATE
 from tests.gateway.conftest import chat_body
 from tests.gateway.servers import Server, serving
 
@@ -34,7 +37,8 @@ def limited() -> Iterator[Server]:
             "--admin-rate-limit", "5/minute",
             "--log-format", "json",
             "--api-keys", ",".join(f"{k}:{t}" for k, t in KEYS.items()),
-        ]
+        ],
+        env={"TZ": "Asia/Kolkata"},  # local time is not UTC: the JSON log must say UTC
     )  # fmt: skip
     with serving(server):
         yield server
@@ -57,7 +61,8 @@ def test_ready_is_503_until_the_model_is_loaded(limited: Server):
 
 def test_logs_are_json_with_one_access_line_a_request(limited: Server):
     """--log-format json: every line the server and its engine process write is one
-    object, and each request gets one access line (never its key)."""
+    object stamped in UTC (RFC 3339, milliseconds), and each request gets one access line
+    (never its key)."""
     headers = {"Authorization": "Bearer sk-logs", "x-request-id": "log-test-1"}
     assert httpx.get(limited.url + "/v1/models", headers=headers).status_code == 200
     # The line is written once the response has been sent, just after the client has it.
@@ -71,6 +76,10 @@ def test_logs_are_json_with_one_access_line_a_request(limited: Server):
     assert access["tenant"] == "t5" and access["duration_ms"] >= 0
     assert any(line["logger"] == "semgate.engine" for line in lines)  # the engine core's too
     assert "sk-logs" not in limited.log_path.read_text()
+    for line in lines:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]), line
+    stamped = datetime.fromisoformat(access["time"])
+    assert abs((datetime.now(UTC) - stamped).total_seconds()) < 60  # UTC, not local time
 
 
 def test_rate_limit_is_per_api_key(limited: Server):
@@ -106,12 +115,13 @@ def test_full_engine_queue_answers_429_at_once(limited: Server):
 
 
 def test_unknown_keys_get_401_and_lock_no_one_out(limited: Server):
-    """Made-up keys get 401 (clients do not retry it), and past the limit a 429 from
-    their address's own bucket; a tenant and the operator at the same address keep
-    their budgets, and the admin key has a budget of its own (5/minute here)."""
+    """Made-up keys get 401 (clients do not retry it) within their address's own failed-auth
+    budget (60 a minute, not the keys' 3), and a 429 past it; a tenant and the operator
+    at the same address keep their budgets, and the admin key has a budget of its own
+    (5/minute here)."""
     keyless = httpx.post(limited.url + "/v1/chat/completions", json=chat_body("Hi."), timeout=60)
-    guesses = [keyless] + [post(limited, f"sk-made-up-{i}") for i in range(4)]
-    assert [r.status_code for r in guesses] == [401, 401, 401, 429, 429]
+    guesses = [keyless] + [post(limited, f"sk-made-up-{i}") for i in range(FAILED_AUTH_RATE[1])]
+    assert [r.status_code for r in guesses] == [401] * FAILED_AUTH_RATE[1] + [429]
     assert guesses[0].json()["error"]["code"] == "missing_api_key"
     assert guesses[1].json()["error"]["code"] == "invalid_api_key"
     assert post(limited, "sk-fresh").status_code == 200

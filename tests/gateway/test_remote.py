@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.embeddings import BUNDLED_NAME as EMBEDDER
 from tests.gateway.conftest import ADMIN, chat_body, messages, settle, timings_of
 from tests.gateway.servers import MODEL, Server, metric, serving
 
@@ -34,7 +35,7 @@ def front(engine: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 def test_misses_go_upstream_and_come_back_as_hits(front: Server):
     client = openai.OpenAI(base_url=front.url + "/v1", api_key="unused", max_retries=0)
-    assert [m.id for m in client.models.list()] == [MODEL]
+    assert [m.id for m in client.models.list()] == [MODEL, EMBEDDER]
 
     def ask(question: str) -> tuple[str, str]:
         raw = client.chat.completions.with_raw_response.create(

@@ -18,6 +18,7 @@ import pytest
 
 from cli.main import build_parser
 from cli.serve_command import _settings
+from gateway.embeddings import BUNDLED_NAME as EMBEDDER
 from gateway.errors import APIError
 from gateway.model_rename import renamed_lines
 from gateway.settings import Settings
@@ -246,8 +247,9 @@ def test_models_lists_every_served_model_and_alias_with_its_owner(
 ):
     cards = {m.id: m.owned_by for m in client.models.list()}
     assert cards == {LLAMA: f"127.0.0.1:{llama.port}", QWEN: f"127.0.0.1:{qwen.port}",
-                     ALIAS: f"127.0.0.1:{llama.port}"}  # fmt: skip
-    assert list(cards) == [LLAMA, QWEN, ALIAS]  # groups first (the first: the default)
+                     ALIAS: f"127.0.0.1:{llama.port}", EMBEDDER: "semgate"}  # fmt: skip
+    # Groups first (the first: the default), the embedder that /v1/embeddings serves last.
+    assert list(cards) == [LLAMA, QWEN, ALIAS, EMBEDDER]
     assert client.models.retrieve(ALIAS).owned_by == f"127.0.0.1:{llama.port}"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("nope")
@@ -368,7 +370,8 @@ def test_the_in_process_engine_serves_its_model_beside_the_upstreams(
 ):
     client = openai.OpenAI(base_url=mixed.url + "/v1", api_key="unused", max_retries=0)
     cards = {m.id: m.owned_by for m in client.models.list()}
-    assert cards == {MODEL: "semgate", QWEN: f"127.0.0.1:{qwen.port}", "small": "semgate"}
+    assert cards == {MODEL: "semgate", QWEN: f"127.0.0.1:{qwen.port}", "small": "semgate",
+                     EMBEDDER: "semgate"}  # fmt: skip
     before = len(qwen.bodies)
     local = client.chat.completions.create(
         model="small", messages=[{"role": "user", "content": "Say hi."}], max_tokens=8

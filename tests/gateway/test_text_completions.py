@@ -103,14 +103,17 @@ def test_stop_strings(alice: openai.OpenAI, llm: LLM):
 @pytest.mark.parametrize(
     ("fields", "param", "code"),
     [
-        ({"n": 2}, "n", None),
-        ({"best_of": 3}, "best_of", None),
-        ({"logprobs": 1}, "logprobs", None),
-        ({"suffix": " and so on."}, "suffix", None),
+        # What the in-process engine cannot do: OpenAI's code for a model's refusal.
+        ({"n": 2}, "n", "unsupported_value"),
+        ({"best_of": 3}, "best_of", "unsupported_value"),
+        ({"logprobs": 1}, "logprobs", "unsupported_value"),
+        ({"suffix": " and so on."}, "suffix", "unsupported_value"),
+        ({"prompt": ["one", "two"]}, "prompt", "unsupported_value"),
+        ({"prompt": [10**9]}, "prompt", "unsupported_value"),  # past its vocabulary
+        # What no request may be, as the OpenAPI document says: decoding refuses it.
         ({"prompt": ""}, "prompt", None),
         ({"prompt": []}, "prompt", None),
-        ({"prompt": ["one", "two"]}, "prompt", None),
-        ({"prompt": [10**9]}, "prompt", None),
+        ({"prompt": [-1]}, "prompt[0]", None),
         ({"prompt": "word " * 20_000}, "prompt", "context_length_exceeded"),
         ({"max_tokens": 10**6}, "max_tokens", "context_length_exceeded"),
     ],

@@ -1,0 +1,122 @@
+"""A gateway in front of a server that is not semgate, given as users write it: llama.cpp's
+llama-server's ways (tests/gateway/fake_upstream.py with `llama`) behind
+`--upstream http://host:port/v1`, the OpenAI and LiteLLM spelling, beside a server that
+is down. Cache off: this is about the upstream, not the cache."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.gateway.fake_upstream import GGUF, MODEL, FakeUpstream
+from tests.gateway.servers import Server, free_port
+
+HEALTH_INTERVAL_S = 5.0  # HttpUpstream's default
+
+
+@pytest.fixture(scope="module")
+def llama() -> Iterator[FakeUpstream]:
+    with FakeUpstream(llama=True) as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="module")
+def dead_url() -> str:
+    return f"http://127.0.0.1:{free_port()}/v1/"
+
+
+@pytest.fixture(scope="module")
+def front(llama: FakeUpstream, dead_url: str) -> Iterator[Server]:
+    server = Server(["--no-cache", "--upstream", f"{llama.url}/v1,{dead_url}"])
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def chat(front: Server, **kw: object) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi?"}], **kw}
+    return httpx.post(front.url + "/v1/chat/completions", json=body, timeout=30)
+
+
+def test_ready_within_one_health_interval_and_says_why_the_other_is_not_used(
+    front: Server, llama: FakeUpstream, dead_url: str
+):
+    """The /v1 form is the server's root, and a /ready that is not semgate's (llama-server's
+    `{"status": "ok"}`) says alive: the models come from /v1/models."""
+    deadline = time.monotonic() + 60  # the process's own start (no model to load)
+    while time.monotonic() < deadline:
+        try:
+            started = httpx.get(front.url + "/health", timeout=5).status_code == 200
+        except httpx.TransportError:
+            started = False
+        if started:
+            break
+        time.sleep(0.05)
+    seen = time.monotonic()
+    while (ready := httpx.get(front.url + "/ready", timeout=5)).status_code != 200:
+        assert time.monotonic() - seen < HEALTH_INTERVAL_S, ready.text
+        time.sleep(0.05)
+    body = ready.json()
+    assert body["models"] == [MODEL]
+    upstreams = {u["name"]: u for u in body["upstreams"]}
+    assert upstreams[llama.url] == {"name": llama.url, "up": True}
+    down = upstreams[dead_url.rstrip("/").removesuffix("/v1")]
+    assert down["up"] is False and "ConnectError" in down["detail"]
+
+
+def test_a_pass_through_names_the_model_asked_and_carries_the_clients_request_id(
+    front: Server, llama: FakeUpstream
+):
+    """llama-server names its GGUF file in its answers; the client asked for the model the
+    gateway lists. The server is sent the client's own X-Request-Id."""
+    client_id = f"client-{uuid.uuid4().hex[:8]}"
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Hi?"}],
+        "n": 2,  # passed through
+    }
+    for stream in (False, True):
+        answer = httpx.post(
+            front.url + "/v1/chat/completions",
+            json={**body, "stream": stream},
+            headers={"X-Request-Id": client_id},
+            timeout=30,
+        )
+        assert answer.status_code == 200
+        assert answer.headers["x-cache-bypass-reason"] == "n"
+        assert answer.headers["x-request-id"] == client_id
+        assert llama.request_ids[-1] == client_id
+        assert GGUF not in answer.text
+        if stream:
+            assert answer.text.count(f'"model": "{MODEL}"') > 2
+        else:
+            assert answer.json()["model"] == MODEL
+
+
+def test_a_miss_sends_the_request_id_and_passes_only_durations_in_server_timing(
+    front: Server, llama: FakeUpstream
+):
+    """llama-server's `timings` count tokens and rates too: only its durations pass, as
+    the engine's own phase names; the request id the server gets is the one answered."""
+    answer = chat(front, temperature=0)
+    assert answer.status_code == 200 and answer.headers["x-cache-status"] == "Bypass"
+    assert answer.json()["model"] == MODEL
+    assert answer.headers["server-timing"] == "prefill;dur=12.5, decode;dur=116.6"
+    assert llama.request_ids[-1] == answer.headers["x-request-id"]
+    streamed = chat(front, temperature=0, stream=True)
+    assert streamed.headers.get("server-timing") is None  # nothing known as it starts
+    assert '"timings":{"prefill":12.5,"decode":116.6}' in streamed.text
+
+
+def test_a_json_pass_through_that_dies_mid_answer_is_a_502(front: Server, llama: FakeUpstream):
+    """Runs last: the server is marked down until its next health check."""
+    answer = chat(front, x_drop=True)
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["error"]["type"] == "upstream_error"
+    assert "retry-after" not in answer.headers
