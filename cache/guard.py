@@ -16,8 +16,8 @@ a check then costs tens of microseconds), and a rejection names its rule so the 
 can explain it.
 
 The rules that are certain (a different number, unit, name, negation, direction, an
-opposite word or quoted text is never the same question) reject on their own. The
-others (contrast, question type, substitution, modifier, qualifier) mark the grey
+opposite word, quoted text or kind of question is never the same question) reject on
+their own. The others (contrast, substitution, modifier, qualifier) mark the grey
 zone: with the embeddings' similarity, the verifier (`verifier.py`, fitted on the
 labelled pairs) weighs what they found together with the similarity and the words the
 two questions share; without one, a grey rule rejects on its own too.
@@ -223,6 +223,16 @@ def literal(a: Features, b: Features) -> Verdict | None:
     return None
 
 
+@rule(example=("When was Tesla founded?", "Who founded Tesla?"))
+def question_type(a: Features, b: Features) -> Verdict | None:
+    """Two kinds of question that ask for different answers ("when was X founded" vs "who
+    founded X"); `guard_words.json` lists the kinds that may ask the same thing."""
+    pair = frozenset({a.qtype, b.qtype})
+    if len(pair) == 2 and "other" not in pair and pair not in lexicon.COMPATIBLE_QUESTION_TYPES:
+        return Verdict(False, "question_type", f"{a.qtype} vs {b.qtype}")
+    return None
+
+
 @rule(example=("Best running plan for beginners", "Best running plan for experts"), certain=False)
 def contrast(a: Features, b: Features) -> Verdict | None:
     """A different member of a set of alternatives, or an audience on one side only."""
@@ -233,16 +243,6 @@ def contrast(a: Features, b: Features) -> Verdict | None:
         named_a, named_b = sorted(a.stems & group), sorted(b.stems & group)
         if bool(named_a) != bool(named_b):
             return Verdict(False, "contrast", f"for {(named_a or named_b)[0]!r} on one side only")
-    return None
-
-
-@rule(example=("When was Tesla founded?", "Who founded Tesla?"), certain=False)
-def question_type(a: Features, b: Features) -> Verdict | None:
-    """Two kinds of question that ask for different answers ("when was X founded" vs "who
-    founded X"); `guard_words.json` lists the kinds that may ask the same thing."""
-    pair = frozenset({a.qtype, b.qtype})
-    if len(pair) == 2 and "other" not in pair and pair not in lexicon.COMPATIBLE_QUESTION_TYPES:
-        return Verdict(False, "question_type", f"{a.qtype} vs {b.qtype}")
     return None
 
 

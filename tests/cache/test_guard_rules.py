@@ -39,13 +39,13 @@ def test_the_rules_run_in_the_registered_order():
         "order",
         "entities",
         "literal",
-        "contrast",
         "question_type",
+        "contrast",
         "substitution",
         "modifier",
         "qualifier",
     )
-    assert [r.certain for r in REGISTRY.values()] == [True] * 8 + [False] * 5
+    assert [r.certain for r in REGISTRY.values()] == [True] * 9 + [False] * 4
 
 
 def test_the_registry_refuses_a_name_twice_and_a_certain_rule_after_the_grey_ones():
