@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from cache import LanguageGuard, MultilingualEmbedder
+from cache import language_features as features_module
 from cache.language_features import language_features
+
+WORDS = Path(features_module.__file__).with_name("language_words.json")
 
 NEAR_MISSES = [
     ("Combien font 50 euros en dollars ?", "Combien font 500 euros en dollars ?", "numbers"),
@@ -83,3 +89,15 @@ def test_features_read_numbers_names_and_quotes():
     assert f.names == frozenset()  # German capitalises every noun: no names by capitals
     ja = language_features("iPhoneで二人分の予約はできませんか？", "ja")
     assert ja.numbers == (2.0,) and ja.names == frozenset({"iphone"}) and ja.negations == 1
+
+
+def test_each_word_list_says_what_it_is_for_and_covers_the_fitted_languages():
+    lists = json.loads(WORDS.read_text(encoding="utf-8"))
+    fitted = LanguageGuard().languages
+    for name, entry in lists.items():
+        assert entry["description"] and entry["example"], name
+        assert set(entry) == {"description", "example", "by_language"}, name
+        words = json.dumps(entry["by_language"], ensure_ascii=False)
+        assert words == words.lower(), name
+    assert fitted <= set(lists["negations"]["by_language"])
+    assert fitted <= set(lists["question_words"]["by_language"])
