@@ -31,7 +31,13 @@ from cache.redis_server import EmbeddedRedis, check_redis_url
 from cache.shared_flight import Claim, Codec, FlightLost, SharedFlights, aclose
 from cache.singleflight import SingleFlight
 from cache.stats import CacheStats
-from cache.store import DEFAULT_MAX_CONNECTIONS, CacheEntry, CacheStore, Candidate
+from cache.store import (
+    DEFAULT_MAX_CONNECTIONS,
+    ENGLISH_VECTOR,
+    CacheEntry,
+    CacheStore,
+    Candidate,
+)
 from cache.supervisor import RedisSupervisor
 from cache.thresholds import Thresholds
 from cache.tiers import (
@@ -81,7 +87,7 @@ class LookupResult:
     def vector(self) -> np.ndarray | None:
         """The English tier's vector of the question, when it has one (in-process
         single-flight compares these)."""
-        return self.vectors.get("vector")
+        return self.vectors.get(ENGLISH_VECTOR)
 
     @property
     def best(self) -> CheckedCandidate | None:
@@ -346,7 +352,7 @@ class SemanticCache:
             asked.scope,
             asked.text,
             answer,
-            vectors.pop("vector", None),
+            vectors.pop(ENGLISH_VECTOR, None),
             ttl=ttl if ttl is not None else self.default_ttl,
             # The guard detects it again (cached) when it checks; kept for the operator.
             metadata={**metadata, "language": asked.language},
