@@ -1,8 +1,11 @@
-"""semgate's semantic cache over Redis: exact and semantic tiers, a near-miss guard,
-and single-flight. No web code, no model code (calibration is an offline tool: bench/)."""
+"""semgate's semantic cache over Redis: tiers (exact, semantic English, semantic
+multilingual), near-miss guards with a fitted verifier, and single-flight. No web code,
+no model code (calibration and fitting are offline tools: bench/)."""
 
 from cache.embedder import Embedder
 from cache.guard import Guard, Verdict
+from cache.language_guard import LanguageGuard
+from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.redis_server import EmbeddedRedis, RedisUnavailableError
 from cache.semantic_cache import CacheRuntime, LookupResult, SemanticCache
@@ -27,7 +30,9 @@ __all__ = [
     "FlightError",
     "FlightLost",
     "Guard",
+    "LanguageGuard",
     "LookupResult",
+    "MultilingualEmbedder",
     "RedisUnavailableError",
     "SemanticCache",
     "SharedFlights",

@@ -28,6 +28,7 @@ import tokenizers
 import torch
 
 from cache import encoder_store
+from cache.int8_linear import quantize_linears
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -64,9 +65,12 @@ def _native_bf16() -> bool:
 
 
 def _int8_kernels() -> bool:
-    return any(
-        e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm", "qnnpack")
-    )
+    """Whether torch multiplies int8 matrices on this CPU (`torch._int_mm`)."""
+    try:
+        torch._int_mm(torch.ones(1, 8, dtype=torch.int8), torch.ones(8, 8, dtype=torch.int8))
+    except RuntimeError:
+        return False
+    return True
 
 
 def _pick_dtype(dtype: str) -> str:
@@ -136,12 +140,9 @@ class Embedder:
         self._counter.no_truncation()
         self._counter.no_padding()
         self.max_batch = max_batch
-        # int8 quantises a layer's input with one scale for the whole tensor, so in a batch
-        # a text's vector would depend on its batch-mates and their padding (cosine down to
-        # 0.94 against the same text alone): load would move similarities and flip hits.
-        # Each text is encoded alone instead, which is also faster on CPU: padding to the
-        # longest text cost more than batching saved (~4.4 ms a text in batches of 32
-        # against ~3.2 ms alone, 19-token queries on one core).
+        # int8 encodes each text alone: on CPU padding to the longest text cost more than
+        # batching saved (~4.4 ms a text in batches of 32 against ~3.2 ms alone, 19-token
+        # queries on one core, measured with torch.ao's int8 layers).
         self._rows_per_call = 1 if self.dtype_name == "int8" else max_batch
         self.num_threads = num_threads
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -175,23 +176,15 @@ class Embedder:
         backend = st.tokenizer.backend_tokenizer
         pad_id, pad_token = st.tokenizer.pad_token_id, st.tokenizer.pad_token
         # int8 (the default where int8 kernels exist): the linear layers' weights are
-        # quantised per output channel, activations on the fly. A short query takes ~3 ms
-        # instead of ~9 ms (bf16) on one core; vectors keep cosine ~0.98 to float32, and
-        # on the labelled pair sets precision is unchanged (recall 0.79 vs 0.80 on
-        # cache_pairs.jsonl). Its vectors get their own model id, so they never meet
-        # float vectors in one scope. bf16 (on CPUs with native bf16) moves cosines by
-        # only ~1e-4.
+        # quantised per output channel, activations per token on the fly (int8_linear.py).
+        # A short query takes ~3 ms instead of ~9 ms (bf16) on one core; vectors keep
+        # cosine ~0.99 to float32 (docs/cache.md). Its vectors get their own model id, so
+        # they never meet float vectors in one scope. bf16 (on CPUs with native bf16)
+        # moves cosines by only ~1e-4.
         encoder = _Encoder(st[0].auto_model.eval())
         if self.dtype_name == "int8":
             model_id += "-int8"
-            # torch 2.13 deprecates its quantized tensors (to move to torchao); the
-            # project pins torch < 2.14, where they work, so the warning is silenced.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                encoder = torch.ao.quantization.quantize_dynamic(
-                    encoder, {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
-                )
+            encoder = quantize_linears(encoder)
         elif self.dtype_name == "bfloat16":
             encoder = encoder.to(torch.bfloat16)
         return encoder_store.BuiltEncoder(
@@ -255,19 +248,11 @@ class Embedder:
         with torch.inference_mode():
             return self._encoder(ids, mask).numpy()
 
-    def _cached(self, text: str) -> np.ndarray | None:
-        with self._lock:
-            return self._lru_get(text)
-
     def _lru_get(self, text: str) -> np.ndarray | None:
         vec = self._cache.get(text)
         if vec is not None:
             self._cache.move_to_end(text)
         return vec
-
-    def _remember(self, text: str, vec: np.ndarray) -> None:
-        with self._lock:
-            self._lru_put(text, vec)
 
     def _lru_put(self, text: str, vec: np.ndarray) -> None:
         self._cache[text] = vec
@@ -293,13 +278,12 @@ class Embedder:
         return await asyncio.wrap_future(self.submit(text))
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
-        """Blocking batch embed through the LRU (CLI, calibration, benchmark seeding)."""
-        found = {t: v for t in dict.fromkeys(texts) if (v := self._cached(t)) is not None}
-        missing = [t for t in dict.fromkeys(texts) if t not in found]
-        if missing:  # encode() splits them into calls of the right size
-            for text, vec in zip(missing, self.encode(missing), strict=True):
-                self._remember(text, vec)
-                found[text] = vec
+        """Blocking batch embed through the workers and the LRU (CLI, calibration, fitting,
+        benchmark seeding). On the workers, each with its one thread: encoding on the
+        calling thread with torch's default team of two took ~0.9 s a text on two busy
+        cores (OpenMP's threads waiting on each other), against ~10 ms."""
+        futures = {t: self.submit(t) for t in dict.fromkeys(texts)}
+        found = {t: f.result() for t, f in futures.items()}
         return np.stack([found[t] for t in texts]) if texts else np.zeros((0, self.dims))
 
     def _run(self) -> None:

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 # An entry's layout and what it was built by: bump it when the build changes (the
 # _Encoder's pooling, the quantisation, the tracing), or old entries keep serving it.
-FORMAT = 1
+FORMAT = 2  # 2: int8 through int8_linear.py, not torch.ao's quantized tensors
 _META = "semgate_meta.json"
 _TOKENIZER = "semgate_tokenizer.json"
 
@@ -93,8 +93,8 @@ def load(model_path: Path, model_id: str, dtype: str) -> BuiltEncoder | None:
     extra: dict[str, Any] = {_META: "", _TOKENIZER: ""}
     try:
         with warnings.catch_warnings():
-            # torch 2.13 deprecates the int8 model's quantized tensors (see cache.embedder).
-            warnings.simplefilter("ignore", UserWarning)
+            # torch 2.13 deprecates TorchScript for torch.export; the project pins
+            # torch < 2.14, where it works (the model is traced with it too).
             warnings.simplefilter("ignore", DeprecationWarning)
             encoder = torch.jit.load(str(where), map_location="cpu", _extra_files=extra)
         meta = json.loads(extra[_META])  # extra files come back as bytes

@@ -10,12 +10,17 @@ an audience on one side only ("in children"), the kind of question, one word exc
 in the same frame (operators such as == and === included), one word added inside a
 shared phrase ("president" vs "vice president"), a condition added to a whole question
 ("... while roaming"), different quoted text or flags, and what replaces what ("A
-instead of B"). Last, given the embeddings' similarity, the overlap bar
-(`overlap.py`): questions that share most of their words need a similarity that rises
-with what they share. Each rule is a few set operations over pre-extracted features
+instead of B"). Each rule is a few set operations over pre-extracted features
 (`guard_features.py`, cached per text: extracting a new question's takes ~0.5 ms once;
 a check then costs tens of microseconds), and a rejection names its rule so the dry run
 can explain it.
+
+The rules that are certain (a different number, unit, name, negation, direction, an
+opposite word, quoted text or kind of question is never the same question) reject on
+their own. The others (contrast, substitution, modifier, qualifier) mark the grey
+zone: with the embeddings' similarity, the verifier (`verifier.py`, fitted on the
+labelled pairs) weighs what they found together with the similarity and the words the
+two questions share; without one, a grey rule rejects on its own too.
 
 Each rule below is a function registered by `@rule` with an example pair it rejects
 (tests/cache/test_guard_rules.py checks each); they run in the order they are defined
@@ -24,7 +29,7 @@ here. The word lists they read are in `guard_words.json`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -44,9 +49,9 @@ from cache.guard_compare import (
     swapped,
     units_name_each_number,
 )
-from cache.guard_features import Features, features
+from cache.guard_features import Features, features, stem
 from cache.language import ENGLISH
-from cache.overlap import DEFAULT_BAR, WordOverlap, word_overlap
+from cache.verifier import VERIFIERS, Verifier, overlap_features
 
 
 @dataclass(frozen=True)
@@ -59,34 +64,33 @@ class Verdict:
 PASS = Verdict(True)
 
 WordCheck = Callable[[Features, Features], Verdict | None]
-SimilarityCheck = Callable[[Features, Features, float], Verdict | None]
-Check = TypeVar("Check", bound=Callable[..., Verdict | None])
+Check = TypeVar("Check", bound=WordCheck)
 
 
 @dataclass(frozen=True)
 class Rule:
     name: str
     example: tuple[str, str]  # a cached question and a query the rule rejects
-    check: Callable[..., Verdict | None]  # a WordCheck, or a SimilarityCheck if it weighs one
-    weighs_similarity: bool
+    check: WordCheck
+    certain: bool  # rejects on its own; else its finding is one of the verifier's features
 
 
 # Every rule by name, in the order they run: the first to reject names the verdict.
 REGISTRY: dict[str, Rule] = {}
+VERIFIER = "verifier"  # the name a verdict of the verifier carries
 
 
-def rule(example: tuple[str, str], weighs_similarity: bool = False) -> Callable[[Check], Check]:
+def rule(example: tuple[str, str], certain: bool = True) -> Callable[[Check], Check]:
     """Registers the decorated function as the rule of its name, to run after those
-    registered before it. Rules that weigh the similarity come last: without one, a check
-    stops at the word rules."""
+    registered before it. Certain rules run before the grey zone's."""
 
     def register(check: Check) -> Check:
         name = check.__name__
         if name in REGISTRY:
             raise ValueError(f"guard rule {name!r} registered twice")
-        if not weighs_similarity and any(r.weighs_similarity for r in REGISTRY.values()):
-            raise ValueError(f"guard rule {name!r}: word rules run before the similarity's")
-        REGISTRY[name] = Rule(name, example, check, weighs_similarity)
+        if certain and any(not r.certain for r in REGISTRY.values()):
+            raise ValueError(f"guard rule {name!r}: certain rules run before the grey zone's")
+        REGISTRY[name] = Rule(name, example, check, certain)
         return check
 
     return register
@@ -219,7 +223,17 @@ def literal(a: Features, b: Features) -> Verdict | None:
     return None
 
 
-@rule(example=("Best running plan for beginners", "Best running plan for experts"))
+@rule(example=("When was Tesla founded?", "Who founded Tesla?"))
+def question_type(a: Features, b: Features) -> Verdict | None:
+    """Two kinds of question that ask for different answers ("when was X founded" vs "who
+    founded X"); `guard_words.json` lists the kinds that may ask the same thing."""
+    pair = frozenset({a.qtype, b.qtype})
+    if len(pair) == 2 and "other" not in pair and pair not in lexicon.COMPATIBLE_QUESTION_TYPES:
+        return Verdict(False, "question_type", f"{a.qtype} vs {b.qtype}")
+    return None
+
+
+@rule(example=("Best running plan for beginners", "Best running plan for experts"), certain=False)
 def contrast(a: Features, b: Features) -> Verdict | None:
     """A different member of a set of alternatives, or an audience on one side only."""
     exchanged = _exchange_verdict(a, b, CONTRASTS, "contrast")
@@ -232,28 +246,19 @@ def contrast(a: Features, b: Features) -> Verdict | None:
     return None
 
 
-@rule(example=("When was Tesla founded?", "Who founded Tesla?"))
-def question_type(a: Features, b: Features) -> Verdict | None:
-    """Two kinds of question that ask for different answers ("when was X founded" vs "who
-    founded X"); `guard_words.json` lists the kinds that may ask the same thing."""
-    pair = frozenset({a.qtype, b.qtype})
-    if len(pair) == 2 and "other" not in pair and pair not in lexicon.COMPATIBLE_QUESTION_TYPES:
-        return Verdict(False, "question_type", f"{a.qtype} vs {b.qtype}")
-    return None
-
-
 @rule(
     example=(
         "Does my car insurance cover hail damage?",
         "Does my home insurance cover hail damage?",
-    )
+    ),
+    certain=False,
 )
 def substitution(a: Features, b: Features) -> Verdict | None:
     """The same question frame with one word exchanged ("car insurance" vs "home
     insurance", "check my balance" vs "change my balance") is nearly always a
     different question: true paraphrases reword the frame too, or swap a word for a
     synonym. The frame is the content words both questions share at the start and
-    at the end. Longer exchanges are left to the overlap bar: "the most" for "the
+    at the end. Longer exchanges are left to the verifier: "the most" for "the
     maximum amount" is rewording, and its similarity says so."""
     p, s = frame(a.content, b.content)
     mid_a, mid_b = a.content[p : len(a.content) - s], b.content[p : len(b.content) - s]
@@ -270,7 +275,9 @@ def substitution(a: Features, b: Features) -> Verdict | None:
     return Verdict(False, "substitution", f"{x!r} vs {y!r}")
 
 
-@rule(example=("What is the salary of a nurse?", "What is the salary of a head nurse?"))
+@rule(
+    example=("What is the salary of a nurse?", "What is the salary of a head nurse?"), certain=False
+)
 def modifier(a: Features, b: Features) -> Verdict | None:
     """One question narrows the other with a single word added inside a phrase both
     share ("first president" vs "first vice president", "human cell" vs "human egg
@@ -294,7 +301,7 @@ def modifier(a: Features, b: Features) -> Verdict | None:
     return None
 
 
-@rule(example=("Can I take ibuprofen?", "Can I take ibuprofen while breastfeeding?"))
+@rule(example=("Can I take ibuprofen?", "Can I take ibuprofen while breastfeeding?"), certain=False)
 def qualifier(a: Features, b: Features) -> Verdict | None:
     """One question is the other with a condition or scope added ("... for a runny
     yolk" vs "... for a runny yolk at high altitude", "the deadline to file taxes in
@@ -327,24 +334,6 @@ def qualifier(a: Features, b: Features) -> Verdict | None:
     return Verdict(False, "qualifier", f"{' '.join(phrase)!r} on one side only")
 
 
-@rule(
-    example=("What is the capital of Peru?", "What is the largest city of Peru?"),
-    weighs_similarity=True,
-)
-def overlap(a: Features, b: Features, similarity: float) -> Verdict | None:
-    """Questions that share most of their words need a similarity that rises with what
-    they share (`overlap.py`)."""
-    shared = weighed_overlap(a, b)
-    if shared is None or DEFAULT_BAR.admits(similarity, shared):
-        return None
-    return Verdict(
-        False,
-        "overlap",
-        f"similarity {similarity:.3f} < {DEFAULT_BAR.required(shared):.3f} needed by "
-        f"questions sharing {shared.jaccard:.0%} of their words",
-    )
-
-
 def _fmt(values: object) -> str:
     if isinstance(values, tuple | list | set | frozenset):
         items = sorted(values) if isinstance(values, set | frozenset) else list(values)
@@ -364,45 +353,105 @@ def _exchange_verdict(
     return None
 
 
-def weighed_overlap(a: Features, b: Features) -> WordOverlap | None:
-    """The word overlap the bar weighs, or None when the content words are the same:
-    questions that differ only in function words ("what's" / "what is") leave the bar
-    nothing to weigh (the rules above judge "can I" / "should I"). All words count in
-    the overlap, function words too: paraphrases reword "how do I" as well."""
-    return None if a.content == b.content else word_overlap(a.words, b.words)
+GREY_RULES = tuple(name for name, r in REGISTRY.items() if not r.certain)
+
+
+# Words that only frame a question ("explain", "define", "mean"): a question that adds one
+# asks the same thing, and they do not count as content words the two do not share.
+_FRAMING = frozenset(stem(w) for w in lexicon.NON_NARROWING) | lexicon.NON_NARROWING
+
+
+def pair_features(
+    a: Features, b: Features, similarity: float, grey: Collection[str]
+) -> dict[str, float]:
+    """What the verifier weighs of a pair the certain rules passed: the similarity; whether
+    the two have the same content words (framing words aside) and, when not, how much of
+    their wording they share (all words: in common, in the same order, as adjacent pairs;
+    content words in common, whether each side has one the other lacks, a word exchanged,
+    and how many one side adds): a pair that keeps most words but changes one is another
+    question more often than not, one that keeps every content word is rewording; and
+    which grey rules found something (`grey`), alone and scaled by the similarity (a
+    synonym exchanged scores higher than another thing named)."""
+    ca = [w for w in a.content if w not in _FRAMING]
+    cb = [w for w in b.content if w not in _FRAMING]
+    differs = float(ca != cb)
+    shared = overlap_features(a.words, b.words)
+    only = (len(set(ca) - set(cb)), len(set(cb) - set(ca)))
+    union = set(ca) | set(cb)
+    values = {
+        "similarity": similarity,
+        "same_content": 1.0 - differs,
+        **{name: value * differs for name, value in shared.items()},
+        "content_jaccard": differs * (len(set(ca) & set(cb)) / len(union) if union else 1.0),
+        "exchanged": float(min(only) > 0),
+        "added": float(max(only)),
+        "similarity_x_sequence": similarity * shared["sequence"] * differs,
+    }
+    for name in GREY_RULES:
+        found = float(name in grey)
+        values[name] = found
+        values[f"{name}_x_similarity"] = found * similarity
+    return values
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the rules found of a pair: the certain rule that rejects it (if any), and
+    the grey rules' findings."""
+
+    a: Features
+    b: Features
+    certain: Verdict | None
+    grey: tuple[Verdict, ...]
 
 
 class Guard:
-    """`check(cached, query)` -> Verdict. Rules can be switched off by name."""
+    """`check(cached, query, similarity)` -> Verdict. Rules can be switched off by name."""
 
     RULES = tuple(REGISTRY)  # the rules' names, in the order they run
 
-    def __init__(self, rules: tuple[str, ...] = RULES) -> None:
+    def __init__(
+        self, rules: tuple[str, ...] = RULES, verifier: Verifier = VERIFIERS["english"]
+    ) -> None:
         unknown = set(rules) - set(self.RULES)
         if unknown:
             raise ValueError(f"unknown guard rules {sorted(unknown)}; known: {self.RULES}")
         self.rules = rules
+        self.verifier = verifier
         chosen = [REGISTRY[name] for name in rules]
-        self._word_checks: tuple[WordCheck, ...] = tuple(
-            r.check for r in chosen if not r.weighs_similarity
-        )
-        self._similarity_checks: tuple[SimilarityCheck, ...] = tuple(
-            r.check for r in chosen if r.weighs_similarity
-        )
+        self._certain = tuple(r.check for r in chosen if r.certain)
+        self._grey = tuple(r.check for r in chosen if not r.certain)
 
-    def check(self, cached: str, query: str, similarity: float | None = None) -> Verdict:
-        """The verdict on serving `cached`'s answer to `query`; with their embeddings'
-        `similarity`, the rules that weigh it apply too."""
-        if cached == query:
-            return PASS
+    def evidence(self, cached: str, query: str) -> Evidence:
         a, b = features(cached), features(query)
-        for check in self._word_checks:
+        for check in self._certain:
             verdict = check(a, b)
             if verdict is not None:
-                return verdict
-        if similarity is not None:
-            for weigh in self._similarity_checks:
-                verdict = weigh(a, b, similarity)
-                if verdict is not None:
-                    return verdict
-        return PASS
+                return Evidence(a, b, verdict, ())
+        found = (check(a, b) for check in self._grey)
+        return Evidence(a, b, None, tuple(v for v in found if v is not None))
+
+    def check(self, cached: str, query: str, similarity: float | None = None) -> Verdict:
+        """The verdict on serving `cached`'s answer to `query`. With their embeddings'
+        `similarity`, the verifier decides what the certain rules pass; without, the
+        grey rules reject on their own too."""
+        if cached == query:
+            return PASS
+        evidence = self.evidence(cached, query)
+        if evidence.certain is not None:
+            return evidence.certain
+        if similarity is None:
+            return evidence.grey[0] if evidence.grey else PASS
+        values = pair_features(
+            evidence.a, evidence.b, similarity, {v.rule for v in evidence.grey if v.rule}
+        )
+        probability = self.verifier.probability(values)
+        if probability >= self.verifier.cut:
+            return PASS
+        found = "; ".join(f"{v.rule}: {v.detail}" for v in evidence.grey)
+        return Verdict(
+            False,
+            VERIFIER,
+            f"probability {probability:.2f} < {self.verifier.cut:.2f} at similarity "
+            f"{similarity:.3f}" + (f" ({found})" if found else ""),
+        )

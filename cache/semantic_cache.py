@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-import time
 from collections.abc import AsyncGenerator, Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
@@ -23,16 +22,34 @@ import numpy as np
 import redis.exceptions
 
 from cache.embedder import Embedder
-from cache.guard import Guard, Verdict
+from cache.guard import Guard
 from cache.language import language
+from cache.language_guard import LanguageGuard
+from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.redis_server import EmbeddedRedis, check_redis_url
 from cache.shared_flight import Claim, Codec, FlightLost, SharedFlights, aclose
 from cache.singleflight import SingleFlight
 from cache.stats import CacheStats
-from cache.store import DEFAULT_MAX_CONNECTIONS, CacheEntry, CacheStore, Candidate
+from cache.store import (
+    DEFAULT_MAX_CONNECTIONS,
+    ENGLISH_VECTOR,
+    CacheEntry,
+    CacheStore,
+    Candidate,
+)
 from cache.supervisor import RedisSupervisor
 from cache.thresholds import Thresholds
+from cache.tiers import (
+    CheckedCandidate,
+    ExactTier,
+    Question,
+    SemanticTier,
+    Tier,
+    english_tier,
+    multilingual_field,
+    multilingual_tier,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,20 +69,6 @@ async def _sized(text: str, work: Callable[..., T], *args: Any) -> T:
     return work(*args)
 
 
-@dataclass(frozen=True)
-class CheckedCandidate:
-    candidate: Candidate
-    # None: not checked. A live lookup asks the guard only about candidates that could
-    # still be served (above the threshold, servable, no hit yet); a dry run asks always.
-    verdict: Verdict | None
-    above_threshold: bool
-
-    @property
-    def rejected(self) -> bool:
-        """Above the threshold, but the guard said no."""
-        return self.above_threshold and self.verdict is not None and not self.verdict.ok
-
-
 @dataclass
 class LookupResult:
     status: Status
@@ -75,9 +78,16 @@ class LookupResult:
     hit: Candidate | None = None
     reason: str | None = None  # bypass or error reason
     candidates: list[CheckedCandidate] = field(default_factory=list)
-    vector: np.ndarray | None = None
     exact_key: str | None = None  # the entry id this question has in its scope
+    language: str | None = None
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)  # by tier's vector field
     embed_seconds: float | None = None  # the question's embedding, when it was embedded
+
+    @property
+    def vector(self) -> np.ndarray | None:
+        """The English tier's vector of the question, when it has one (in-process
+        single-flight compares these)."""
+        return self.vectors.get(ENGLISH_VECTOR)
 
     @property
     def best(self) -> CheckedCandidate | None:
@@ -105,13 +115,21 @@ class SemanticCache:
         candidates: int = 3,
         shared_flights: SharedFlights | None = None,
         redis: RedisSupervisor | None = None,
+        multilingual: MultilingualEmbedder | None = None,
     ) -> None:
+        """Without a `multilingual` embedder (or a store with its vector field), questions
+        in other languages than English get the exact tier only."""
         self.store = store
         self.redis = redis  # its state: while Redis is down, the cache is not asked
         self.embedder = embedder
         self.thresholds = thresholds or Thresholds()
         self.policy = policy or CachePolicy()
         self.guard = guard if guard is not None else Guard()
+        self.tiers: list[Tier] = [ExactTier(store), english_tier(store, embedder, self.guard)]
+        if multilingual is not None and any(
+            f.embedder_id == multilingual.model_id for f in store.vectors
+        ):
+            self.tiers.append(multilingual_tier(store, multilingual, LanguageGuard()))
         self.default_ttl = default_ttl
         self.timeout = timeout
         self.candidates = candidates
@@ -119,6 +137,30 @@ class SemanticCache:
         self.singleflight: SingleFlight[Any] = SingleFlight(self.guard)
         self.shared_flights = shared_flights or SharedFlights(store.client, timeout=timeout)
         self._background: set[asyncio.Task[None]] = set()  # hit counters in flight
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters, each tier's description, and for each language the tier that
+        serves it semantically ("exact only" for a language nothing is fitted for)."""
+        snapshot = self.stats.snapshot()
+        seen = snapshot["languages"]
+        languages: dict[str, dict[str, Any]] = {}
+        for tier in self.tiers:
+            if not isinstance(tier, SemanticTier):
+                continue
+            for lang in tier.languages:
+                threshold = tier.threshold(lang)
+                languages[lang] = {
+                    "tier": tier.name,
+                    "threshold": self.thresholds.default if threshold is None else threshold,
+                }
+        for lang in seen:
+            languages.setdefault(lang, {"tier": "exact only"})
+        for lang, description in languages.items():
+            description |= {"lookups": 0, "hits": 0} | seen.get(lang, {})
+        return snapshot | {
+            "tiers": {tier.name: tier.stats() for tier in self.tiers},
+            "languages": dict(sorted(languages.items())),
+        }
 
     @property
     def down_reason(self) -> str | None:
@@ -164,12 +206,9 @@ class SemanticCache:
         try:
             # asyncio.timeout runs the lookup in this task (wait_for wraps it in another).
             async with asyncio.timeout(self.timeout):
-                result = await self._lookup(
-                    LookupResult("miss", threshold, scope, question, exact_key=exact_key),
-                    candidates or self.candidates,
-                    accept,
-                    dry_run,
-                )
+                lang = await _sized(question, language, question)
+                asked = Question(question, scope, exact_key, lang, threshold)
+                result = await self._lookup(asked, candidates or self.candidates, accept, dry_run)
         except Exception as exc:
             kind = _error_kind(exc)
             if not dry_run:
@@ -185,58 +224,46 @@ class SemanticCache:
 
     async def _lookup(
         self,
-        result: LookupResult,
+        question: Question,
         k: int,
         accept: Callable[[CacheEntry], bool] | None,
         dry_run: bool,
     ) -> LookupResult:
-        """Fills in `result` (a miss with its scope, question and exact key so far)."""
-        assert result.scope is not None and result.question is not None
-        assert result.exact_key is not None
-        question = result.question
-        exact = await self.store.get_exact(result.exact_key)
-        if exact is not None and (accept is None or accept(exact.entry)):
-            result.status, result.hit = "hit", exact
-            result.candidates.append(CheckedCandidate(exact, Verdict(True), True))
-            return result
-        # Past the embedder's window two prompts can share every embedded token:
-        # such long prompts use the exact tier only (and are embedded only if stored).
-        if not await _sized(question, self.embedder.fits, question):
-            result.reason = "prompt longer than the embedder's window: exact tier only"
-            return result
-        embedding = time.perf_counter()
-        result.vector = await self.embedder.embed(question)
-        result.embed_seconds = time.perf_counter() - embedding
-        for candidate in await self.store.search(result.scope, result.vector, k):
-            above = candidate.similarity >= result.threshold
-            servable = accept is None or accept(candidate.entry)
-            # The guard's features of a new question cost ~0.5 ms of the event loop: on a
-            # typical miss (nothing above the threshold) a live lookup skips them.
-            decides = above and servable and result.hit is None
-            verdict = (
-                self.guard.check(candidate.entry.prompt, question, candidate.similarity)
-                if decides or dry_run
-                else None
-            )
-            result.candidates.append(CheckedCandidate(candidate, verdict, above))
-            if decides and verdict is not None and verdict.ok:
-                result.status, result.hit = "hit", candidate
+        """Asks each tier that serves the question, in order, until one hits."""
+        result = LookupResult(
+            "miss",
+            question.threshold,
+            question.scope,
+            question.text,
+            exact_key=question.exact_key,
+            language=question.language,
+            vectors=question.vectors,
+        )
+        for tier in self.tiers:
+            if not tier.serves(question):
+                continue
+            found = await tier.lookup(question, k, accept, dry_run)
+            result.candidates += found.candidates
+            result.reason = found.reason or result.reason
+            if found.hit is not None:
+                result.status, result.hit = "hit", found.hit
+                break
+        result.embed_seconds = question.embed_seconds
         return result
 
     def _count(self, result: LookupResult) -> None:
-        if result.best is not None and result.best.candidate.tier == "semantic":
-            self.stats.observe_similarity(result.best.candidate.similarity)
+        semantic = [c for c in result.candidates if c.candidate.tier != "exact"]
+        if semantic:
+            self.stats.observe_similarity(semantic[0].candidate.similarity)
         rejected = [c.verdict for c in result.candidates if c.rejected]
         if rejected:
             self.stats.guard_rejections += 1
             self.stats.rejections_by_rule[rejected[0].rule or "?"] += 1
+        self.stats.observe_language(result.language or "und", hit=result.hit is not None)
         if result.hit is None:
             self.stats.misses += 1
             return
-        if result.hit.tier == "exact":
-            self.stats.hits_exact += 1
-        else:
-            self.stats.hits_semantic += 1
+        self.stats.hits_by_tier[result.hit.tier] += 1
         self.stats.observe_saved(result.hit.entry)
         # The event loop keeps only weak references to tasks: hold it until it is done.
         task = asyncio.get_running_loop().create_task(self._record_hit(result.hit.entry.id))
@@ -309,19 +336,29 @@ class SemanticCache:
             question = self.policy.question(request)
             lookup = LookupResult("miss", 0.0, self.policy.scope(request), question)
         assert lookup.scope is not None and lookup.question is not None
-        vector = lookup.vector
-        if vector is None:
-            vector = await self.embedder.embed(lookup.question)
-        # The guard detects it again (cached) when it checks; stored for the operator.
-        metadata = {**metadata, "language": language(lookup.question)}
-        return await self.store.put(
-            lookup.scope,
+        asked = Question(
             lookup.question,
+            lookup.scope,
+            lookup.exact_key or self.store.entry_id(lookup.scope, lookup.question),
+            lookup.language or await _sized(lookup.question, language, lookup.question),
+            lookup.threshold,
+            dict(lookup.vectors),
+        )
+        vectors: dict[str, np.ndarray] = {}
+        for tier in self.tiers:
+            if tier.serves(asked):
+                vectors |= await tier.store(asked)
+        return await self.store.put(
+            asked.scope,
+            asked.text,
             answer,
-            vector,
+            vectors.pop(ENGLISH_VECTOR, None),
             ttl=ttl if ttl is not None else self.default_ttl,
-            metadata=metadata,
-            entry_id=lookup.exact_key,
+            # The guard detects it again (cached) when it checks; kept for the operator.
+            metadata={**metadata, "language": asked.language},
+            entry_id=asked.exact_key,
+            language=asked.language,
+            vectors=vectors,
         )
 
     async def follow_or_lead(
@@ -427,6 +464,7 @@ class CacheRuntime:
         maxmemory: str = "512mb",
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         embedder: Embedder | None = None,
+        multilingual: MultilingualEmbedder | None = None,
         **cache_options: Any,
     ) -> None:
         self.redis_url = redis_url
@@ -436,6 +474,8 @@ class CacheRuntime:
         self.cache_options = cache_options
         self.embedder = embedder
         self._owns_embedder = embedder is None
+        self.multilingual = multilingual
+        self._owns_multilingual = multilingual is None
         self.server: EmbeddedRedis | None = None
         self.store: CacheStore | None = None
         self.supervisor: RedisSupervisor | None = None
@@ -454,9 +494,15 @@ class CacheRuntime:
                 url = await asyncio.to_thread(self.server.start)
             if self.embedder is None:
                 self.embedder = await asyncio.to_thread(Embedder)
+            if self.multilingual is None:
+                self.multilingual = await asyncio.to_thread(MultilingualEmbedder)
             emb = self.embedder
             self.store = CacheStore(
-                url, emb.model_id, emb.dims, max_connections=self.max_connections
+                url,
+                emb.model_id,
+                emb.dims,
+                max_connections=self.max_connections,
+                extra_vectors=(multilingual_field(self.multilingual),),
             )
             await self.store.connect()
             self.supervisor = RedisSupervisor(self.store.client, self.server)
@@ -464,7 +510,13 @@ class CacheRuntime:
         except BaseException:
             await self.__aexit__()
             raise
-        return SemanticCache(self.store, self.embedder, redis=self.supervisor, **self.cache_options)
+        return SemanticCache(
+            self.store,
+            self.embedder,
+            redis=self.supervisor,
+            multilingual=self.multilingual,
+            **self.cache_options,
+        )
 
     async def __aexit__(self, *exc: object) -> None:
         if self.supervisor is not None:  # first: a server stopped here is not restarted
@@ -473,6 +525,8 @@ class CacheRuntime:
             await self.store.close()
         if self.embedder is not None and self._owns_embedder:
             self.embedder.close()
+        if self.multilingual is not None and self._owns_multilingual:
+            self.multilingual.close()
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
         if self._tmp is not None:

@@ -31,9 +31,10 @@ SETTINGS_KEY = "semgate:admin:thresholds"
 STATS_PREFIX = "semgate:admin:stats:"
 SYNC_SECONDS = 0.5
 STATS_TTL_SECONDS = 5  # a process that stopped publishing drops out of the sum
-# Lists every process reports alike (the histogram's bounds): kept from one, not added
-# up. Lists only: a dict under such a name (a tenant named "buckets") is added up.
-_SAME_EVERYWHERE = frozenset({"buckets"})
+# Lists every process reports alike (the histogram's bounds, the languages a tier
+# serves): kept from one, not added up. Lists only: a dict under such a name (a tenant
+# named "buckets") is added up.
+_SAME_EVERYWHERE = frozenset({"buckets", "languages"})
 
 
 def add_up(total: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +112,7 @@ class SharedAdmin:
 
     def _snapshot(self) -> dict[str, Any]:
         in_flight = self.cache.singleflight.in_flight()
-        return {**self.cache.stats.snapshot(), "in_flight": in_flight, **self.local_counts()}
+        return {**self.cache.snapshot(), "in_flight": in_flight, **self.local_counts()}
 
     async def _publish(self) -> None:
         value = json.dumps(self._snapshot())

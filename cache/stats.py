@@ -49,8 +49,7 @@ class CacheStats:
     """Lookups = hits + misses + errors; bypasses never reach a lookup."""
 
     lookups: int = 0
-    hits_exact: int = 0
-    hits_semantic: int = 0
+    hits_by_tier: Counter[str] = field(default_factory=Counter)  # by tier name
     misses: int = 0
     bypasses: int = 0
     guard_rejections: int = 0
@@ -63,6 +62,13 @@ class CacheStats:
     similarity_counts: list[int] = field(default_factory=lambda: [0] * len(SIMILARITY_BUCKETS))
     similarity_sum: float = 0.0
     saved: dict[tuple[str, str], Saved] = field(default_factory=dict)  # by (tenant, model)
+    # Lookups and hits by the question's language (ISO 639-1; "und" when unknown).
+    by_language: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def observe_language(self, language: str, hit: bool) -> None:
+        counts = self.by_language.setdefault(language, Counter())
+        counts["lookups"] += 1
+        counts["hits"] += hit
 
     def observe_similarity(self, similarity: float) -> None:
         for i, bound in enumerate(SIMILARITY_BUCKETS):
@@ -77,14 +83,13 @@ class CacheStats:
 
     @property
     def hits(self) -> int:
-        return self.hits_exact + self.hits_semantic
+        return sum(self.hits_by_tier.values())
 
     def snapshot(self) -> dict[str, Any]:
         return {
             "lookups": self.lookups,
             "hits": self.hits,
-            "hits_exact": self.hits_exact,
-            "hits_semantic": self.hits_semantic,
+            "hits_by_tier": dict(self.hits_by_tier),
             "misses": self.misses,
             "bypasses": self.bypasses,
             "guard_rejections": self.guard_rejections,
@@ -101,6 +106,7 @@ class CacheStats:
                 "sum": self.similarity_sum,
             },
             "saved": self._saved_snapshot(),
+            "languages": {lang: dict(c) for lang, c in sorted(self.by_language.items())},
         }
 
     def _saved_snapshot(self) -> dict[str, dict[str, dict[str, Any]]]:

@@ -16,7 +16,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -43,6 +43,9 @@ FIELDS = [
     "hits",
     "metadata",
 ]
+# The vector fields an entry may have: the English tier's and the multilingual tier's.
+ENGLISH_VECTOR, MULTILINGUAL_VECTOR = "vector", "vector_multilingual"
+_VECTOR_FIELDS = frozenset({ENGLISH_VECTOR.encode(), MULTILINGUAL_VECTOR.encode()})
 # The longest TTL an entry may have: Redis keeps expiry as milliseconds in a signed 64-bit
 # number and fails EXPIRE past it. Ten years is beyond any useful cached answer's life.
 MAX_TTL = 10 * 365 * 24 * 3600
@@ -132,7 +135,7 @@ def _count(value: Any) -> int | None:
 class Candidate:
     entry: CacheEntry
     similarity: float
-    tier: Literal["exact", "semantic"]
+    tier: str  # the name of the tier that found it
 
 
 def _is_missing_index(exc: Exception) -> bool:
@@ -141,8 +144,21 @@ def _is_missing_index(exc: Exception) -> bool:
     return any(s in text for s in ("unknown index name", "no such index", "index not found"))
 
 
+@dataclass(frozen=True)
+class VectorField:
+    """A semantic tier's vectors in the index: the field, its size, and the tag field that
+    names the embedder that made them (vectors of another embedder are never compared)."""
+
+    name: str
+    dims: int
+    embedder_tag: str
+    embedder_id: str
+
+
 class CacheStore:
-    """Redis operations of the cache; no policy, no fail-open (the facade does those)."""
+    """Redis operations of the cache; no policy, no fail-open (the facade does those).
+    Entries are keyed with the English embedder's id (`embedder_id`); `vectors` are the
+    semantic tiers' vector fields, the English one (`vector`) first."""
 
     def __init__(
         self,
@@ -152,9 +168,11 @@ class CacheStore:
         index_name: str = "semgate",
         socket_timeout: float = 2.0,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        extra_vectors: tuple[VectorField, ...] = (),
     ) -> None:
         self.url = redis_url
         self.embedder_id = embedder_id
+        self.vectors = (VectorField(ENGLISH_VECTOR, dims, "embedder", embedder_id), *extra_vectors)
         # Blocking: past `max_connections` in use, a command waits (up to socket_timeout)
         # for one to be released. redis-py's default pool raises MaxConnectionsError at
         # once instead, which turned bursts of lookups into errors. A lookup waits at
@@ -182,20 +200,29 @@ class CacheStore:
                     # "Acme" must never match the entries of tenant "acme".
                     *(
                         {"name": name, "type": "tag", "attrs": {"case_sensitive": True}}
-                        for name in ("tenant", "model", "context", "embedder")
+                        for name in (
+                            "tenant",
+                            "model",
+                            "context",
+                            "language",
+                            *(v.embedder_tag for v in self.vectors),
+                        )
                     ),
                     {"name": "created", "type": "numeric", "attrs": {"sortable": True}},
                     {"name": "hits", "type": "numeric", "attrs": {"sortable": True}},
-                    {
-                        "name": "vector",
-                        "type": "vector",
-                        "attrs": {
-                            "dims": dims,
-                            "algorithm": "hnsw",
-                            "distance_metric": "cosine",
-                            "datatype": "float32",
-                        },
-                    },
+                    *(
+                        {
+                            "name": v.name,
+                            "type": "vector",
+                            "attrs": {
+                                "dims": v.dims,
+                                "algorithm": "hnsw",
+                                "distance_metric": "cosine",
+                                "datatype": "float32",
+                            },
+                        }
+                        for v in self.vectors
+                    ),
                 ],
             }
         )
@@ -203,7 +230,15 @@ class CacheStore:
         self._record_hit = self.client.register_script(_RECORD_HIT)
 
     async def connect(self) -> None:
-        """Creates the index unless it exists (an existing one keeps its entries)."""
+        """Creates the index unless it exists (an existing one keeps its entries). An index
+        made for other fields (an older semgate's, without a tier's vectors) is defined
+        again over the same entries: RediSearch indexes them anew in the background."""
+        if await self.index.exists():
+            info = await self.index.info()
+            fields = {_text(a[1]) for a in info.get("attributes", [])}
+            if fields != set(self.schema.field_names):
+                await self.index.create(overwrite=True, drop=False)
+            return
         await self.index.create(overwrite=False)
 
     async def close(self) -> None:
@@ -238,18 +273,27 @@ class CacheStore:
         raw = dict(zip(FIELDS, values, strict=True))
         return Candidate(CacheEntry.from_fields(entry_id, raw), 1.0, "exact")
 
-    async def search(self, scope: CacheScope, vector: np.ndarray, k: int = 3) -> list[Candidate]:
-        """The k nearest entries in the scope, most similar first (any similarity)."""
+    async def search(
+        self,
+        scope: CacheScope,
+        vector: np.ndarray,
+        k: int = 3,
+        field: VectorField | None = None,
+        language: str | None = None,
+        tier: str = "semantic",
+    ) -> list[Candidate]:
+        """The k nearest entries in the scope by `field`'s vectors (the English tier's by
+        default), most similar first (any similarity); of one `language` only, if given."""
         # The query is sent as is and its reply read here: redis-py's and redisvl's result
         # objects took ~0.13 ms of the event loop's ~1.1 ms a lookup.
-        command = _search_command(self.index.name, self.embedder_id, scope, k)
+        command = _search_command(self.index.name, field or self.vectors[0], scope, k, language)
         vector_bytes = np.asarray(vector, dtype=np.float32).tobytes()
         reply = await self._indexed(lambda: self.client.execute_command(*command, vector_bytes))
         return [
             Candidate(
                 CacheEntry.from_fields(doc_id.removeprefix(PREFIX + ":"), row),
                 similarity_from_distance(float(row["vector_distance"])),
-                "semantic",
+                tier,
             )
             for doc_id, row in _search_rows(reply)
         ]
@@ -259,14 +303,18 @@ class CacheStore:
         scope: CacheScope,
         prompt: str,
         response: str,
-        vector: np.ndarray,
+        vector: np.ndarray | None,
         ttl: int | None,
         metadata: dict[str, Any] | None = None,
         entry_id: str | None = None,
+        language: str = "",
+        vectors: dict[str, np.ndarray] | None = None,
     ) -> CacheEntry:
         """Stores (or replaces) the answer to `prompt` in `scope`; `ttl` in seconds, None
         for no expiry. `entry_id`, when the caller has it, is `entry_id(scope, prompt)`.
-        All or nothing: raises ValueError for a TTL out of range before writing."""
+        `vector` goes to the English tier's field; `vectors`, by field name, to other
+        tiers' (`language` tags the entry for them). All or nothing: raises ValueError for
+        a TTL out of range before writing."""
         # A transaction does not roll back: a command that fails inside EXEC (EXPIRE of an
         # overflowing TTL) leaves the others applied, an entry without its expiry. So
         # everything a command could refuse is checked before the transaction.
@@ -283,7 +331,12 @@ class CacheStore:
             metadata=metadata or {},
             ttl=ttl,
         )
-        mapping = {**entry.to_fields(), "vector": np.asarray(vector, dtype=np.float32).tobytes()}
+        by_field = {f.name: f for f in self.vectors}
+        mapping: dict[str, Any] = {**entry.to_fields(), "language": language}
+        for name, value in ({ENGLISH_VECTOR: vector} | (vectors or {})).items():
+            if value is not None:
+                mapping[name] = np.asarray(value, dtype=np.float32).tobytes()
+                mapping[by_field[name].embedder_tag] = by_field[name].embedder_id
         key = self.key(entry.id)
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.delete(key)  # a replaced entry keeps neither its old TTL nor its hit count
@@ -373,17 +426,21 @@ class CacheStore:
 # Building the filter and query objects cost ~0.15 ms of the event loop a lookup, and
 # they differ only by scope: redisvl writes each scope's query once.
 @lru_cache(maxsize=4096)
-def _search_command(index: str, embedder_id: str, scope: CacheScope, k: int) -> tuple[Any, ...]:
+def _search_command(
+    index: str, field: VectorField, scope: CacheScope, k: int, language: str | None
+) -> tuple[Any, ...]:
     """FT.SEARCH for the k nearest entries of a scope, all but the query vector's bytes."""
     scope_filter = (
         (Tag("tenant") == scope.tenant)
         & (Tag("model") == scope.model)
         & (Tag("context") == scope.context)
-        & (Tag("embedder") == embedder_id)
+        & (Tag(field.embedder_tag) == field.embedder_id)
     )
+    if language is not None:
+        scope_filter = scope_filter & (Tag("language") == language)
     query = VectorQuery(
         vector=[0.0],  # a placeholder: the vector travels in PARAMS, appended per call
-        vector_field_name="vector",
+        vector_field_name=field.name,
         return_fields=FIELDS,
         filter_expression=scope_filter,
         num_results=k,
@@ -403,7 +460,11 @@ def _search_rows(reply: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _decoded(raw: dict[bytes, bytes]) -> dict[str, Any]:
-    return {k.decode(): v for k, v in raw.items() if k != b"vector"}
+    return {k.decode(): v for k, v in raw.items() if k not in _VECTOR_FIELDS}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _with_ttl(entry: CacheEntry, ttl: int) -> CacheEntry:

@@ -1,5 +1,5 @@
 """`semgate cache ...`: calibrate the threshold against labelled pairs, and fit the
-guard's overlap bar to them."""
+guard's verifier to them."""
 
 from __future__ import annotations
 
@@ -92,58 +92,86 @@ def _print_report(r: CalibrationReport) -> None:
     )
 
 
-def cmd_cache_fit_overlap(args: argparse.Namespace) -> int:
+def cmd_cache_fit(args: argparse.Namespace) -> int:
     from bench.calibrate import load_pairs
-    from bench.overlap_fit import bar_file, fit_bar, held_out, measure
-    from cache import DEFAULT_THRESHOLD, Embedder, Guard
-    from cache.overlap import DEFAULT_CEILING, DEFAULT_TARGET_PRECISION
+    from bench.verifier_fit import (
+        fit,
+        held_out,
+        language_thresholds,
+        measure_english,
+        measure_multilingual,
+        score_pairs,
+        verifier_file,
+    )
+    from cache import DEFAULT_THRESHOLD, Embedder, Guard, MultilingualEmbedder
+    from cache.verifier import TARGET_PRECISION
 
     floor = DEFAULT_THRESHOLD if args.floor is None else args.floor
-    ceiling = DEFAULT_CEILING if args.ceiling is None else args.ceiling
-    target = DEFAULT_TARGET_PRECISION if args.target_precision is None else args.target_precision
-
-    files = {str(path): load_pairs(path) for path in args.pairs}
+    english = {str(path): load_pairs(path) for path in args.pairs}
+    other = {str(path): load_pairs(path) for path in args.multilingual}
+    scored = {str(path): load_pairs(path) for path in args.score}
     console = Console(stderr=True)
-    with console.status(f"measuring {sum(map(len, files.values()))} pairs ..."):
-        embedder = Embedder()
+    with console.status("measuring the pairs ..."):
+        embedder, multilingual = Embedder(), MultilingualEmbedder()
         try:
             guard = Guard()
-            measured = {name: measure(pairs, embedder, guard) for name, pairs in files.items()}
+            en = {n: measure_english(p, embedder, guard) for n, p in english.items()}
+            ml = {n: measure_multilingual(p, multilingual) for n, p in other.items()}
+            scored_en = {n: measure_english(p, embedder, guard) for n, p in scored.items()}
+            scored_ml = {n: measure_multilingual(p, multilingual) for n, p in scored.items()}
         finally:
             embedder.close()
-    rows = [r for rs in measured.values() for r in rs]
-    bar = fit_bar(rows, floor, target, ceiling)
+            multilingual.close()
+    en_rows = [r for rs in en.values() for r in rs]
+    ml_rows = [r for rs in ml.values() for r in rs]
+    en_features, ml_features = tuple(en_rows[0].features), tuple(ml_rows[0].features)
+    thresholds = language_thresholds(ml_rows)
+    verifiers = {
+        "english": fit(en_rows, floor, TARGET_PRECISION["english"], en_features),
+        "multilingual": fit(ml_rows, thresholds, TARGET_PRECISION["multilingual"], ml_features),
+    }
     if args.write is not None:
-        args.write.write_text(bar_file(bar, floor, target, list(files)))
-        console.print(f"wrote the bar and the fit's inputs to {args.write}")
-    scores = held_out(measured, floor, target, ceiling) if len(files) > 1 else []
+        fitted_on = {
+            "english": list(english),
+            "multilingual": list(other),
+            "floor": floor,
+            "target_precision": TARGET_PRECISION,
+        }
+        args.write.write_text(verifier_file(verifiers, fitted_on))
+        console.print(f"wrote the verifiers and the fit's inputs to {args.write}")
+    rows = [
+        (Path(s.name).stem, "held out", s.score)
+        for s in [
+            *held_out(en, floor, TARGET_PRECISION["english"], en_features),
+            *held_out(ml, None, TARGET_PRECISION["multilingual"], ml_features),
+        ]
+    ]
+    for name in scored:
+        rows.append(
+            (Path(name).stem, "english", score_pairs(scored_en[name], floor, verifiers["english"]))
+        )
+        ml_score = score_pairs(scored_ml[name], thresholds, verifiers["multilingual"])
+        rows.append((Path(name).stem, "multilingual", ml_score))
     if args.json:
-        print(json.dumps({"bar": asdict(bar), "held_out": [asdict(s) for s in scores]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "verifiers": {n: v.to_dict() for n, v in verifiers.items()},
+                    "scores": [[n, how, asdict(s)] for n, how, s in rows],
+                },
+                indent=2,
+            )
+        )
         return 0
     out = Console()
-    out.print(
-        f"overlap bar: base={bar.base}, per_jaccard={bar.per_jaccard}, "
-        f"per_sequence={bar.per_sequence}, ceiling={bar.ceiling} "
-        f"(floor {floor}, target {target})"
-    )
-    if scores:
-        table = Table(
-            "held-out file",
-            "precision / recall (no bar)",
-            "false hits",
-            "precision / recall (bar)",
-            "false hits",
-            title="each file scored pair by pair with the bar fitted on the others",
-        )
-        for s in scores:
-            table.add_row(
-                Path(s.name).stem,
-                f"{s.without_bar.precision:.3f} / {s.without_bar.recall:.3f}",
-                str(s.without_bar.false_hits),
-                f"{s.with_bar.precision:.3f} / {s.with_bar.recall:.3f}",
-                str(s.with_bar.false_hits),
-            )
-        out.print(table)
+    out.print(f"thresholds by language: {thresholds}")
+    table = Table("file", "model", "precision", "recall", "hits", "false hits",
+                  title="each file scored pair by pair: fit sets held out, --score files "
+                  "by the models fitted on every fit set")  # fmt: skip
+    for name, how, s in rows:
+        table.add_row(name, how, f"{s.precision:.3f}", f"{s.recall:.3f}", str(s.hits),
+                      str(s.false_hits))  # fmt: skip
+    out.print(table)
     return 0
 
 
@@ -171,42 +199,43 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     )
     cal.set_defaults(func=cmd_cache_calibrate)
     fit = cache_sub.add_parser(
-        "fit-overlap", help="fit the guard's overlap bar to labelled pairs, scored file by file"
+        "fit", help="fit the guard's verifier to labelled pairs, and score it file by file"
     )
     fit.add_argument(
         "--pairs",
         type=Path,
         nargs="+",
         required=True,
-        help="JSONL files of labelled pairs; with several, each is also scored held out",
+        help="the English fit sets (JSONL labelled pairs); each is also scored held out",
+    )
+    fit.add_argument(
+        "--multilingual",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="the multilingual fit sets; each is also scored held out",
+    )
+    fit.add_argument(
+        "--score",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="held-back sets to score, pair by pair, with the models fitted on every fit set",
     )
     fit.add_argument(
         "--floor",
         type=fraction,
         default=None,
-        help="the similarity threshold the bar sits above (default: the default threshold)",
-    )
-    fit.add_argument(
-        "--target-precision",
-        type=fraction,
-        default=None,
-        help="the precision the bar is fitted for (default: DEFAULT_TARGET_PRECISION in "
-        "cache/overlap.py)",
-    )
-    fit.add_argument(
-        "--ceiling",
-        type=fraction,
-        default=None,
-        help="the most similarity the bar asks for (default: DEFAULT_CEILING in "
-        "cache/overlap.py, set by hand)",
+        help="the English tier's similarity threshold the verifier sits above (default: "
+        "the default threshold)",
     )
     fit.add_argument(
         "--write",
         type=Path,
         default=None,
         metavar="JSON",
-        help="also write the bar and the fit's inputs to this file (the guard loads "
-        "cache/overlap_bar.json)",
+        help="also write the models and the fit's inputs to this file (the guards load "
+        "cache/verifier.json)",
     )
-    fit.add_argument("--json", action="store_true", help="print the bar and scores as JSON")
-    fit.set_defaults(func=cmd_cache_fit_overlap)
+    fit.add_argument("--json", action="store_true", help="print the models and scores as JSON")
+    fit.set_defaults(func=cmd_cache_fit)

@@ -53,7 +53,7 @@ class CandidateView(msgspec.Struct):
     id: str
     question: str
     similarity: float
-    tier: str  # "exact" | "semantic"
+    tier: str  # "exact" | "semantic-english" | "semantic-multilingual"
     above_threshold: bool
     guard: GuardView | None  # None: the guard was not asked
 

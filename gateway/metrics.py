@@ -94,9 +94,13 @@ class _LiveCollector(Collector):
             ("stores", "Answers stored.", s.stores),
         ):  # fmt: skip
             yield CounterMetricFamily(f"semgate_cache_{name}", doc, value)
-        hits = CounterMetricFamily("semgate_cache_hits", "Cache hits by tier.", labels=["tier"])
-        hits.add_metric(["exact"], s.hits_exact)
-        hits.add_metric(["semantic"], s.hits_semantic)
+        hits = CounterMetricFamily(
+            "semgate_cache_hits",
+            "Cache hits by tier (exact, semantic-english, semantic-multilingual).",
+            labels=["tier"],
+        )
+        for tier, count in sorted(s.hits_by_tier.items()):
+            hits.add_metric([tier], count)
         yield hits
         errors = CounterMetricFamily(
             "semgate_cache_errors", "Cache failures (served as misses) by kind.", labels=["kind"]

@@ -9,6 +9,7 @@ import pytest
 
 from bench.embedding_cache import embed_cached
 from cache import Embedder
+from cache.encoder_store import FORMAT
 
 TEXTS = ["How do I reset my password?", "how can I change my password"]
 
@@ -19,7 +20,7 @@ def test_a_set_is_embedded_once_then_read_back(
     monkeypatch.setenv("SEMGATE_CACHE_DIR", str(tmp_path))
     first = embed_cached(embedder, TEXTS)
     assert np.allclose(first, embedder.embed_many(TEXTS))
-    [saved] = (tmp_path / "embeddings" / embedder.model_id).glob("*.npy")
+    [saved] = (tmp_path / "embeddings" / f"{embedder.model_id}-{FORMAT}").glob("*.npy")
     np.save(saved, np.zeros_like(first))  # what is on disk is what comes back
     assert not embed_cached(embedder, TEXTS).any()
     # Other texts (an edited file) miss and are embedded.

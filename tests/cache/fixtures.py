@@ -1,4 +1,4 @@
-"""One embedded Redis Stack and one embedder per test session; an event loop in a
+"""One embedded Redis Stack and one of each embedder per test session; an event loop in a
 thread so async cache calls can run from plain tests. A plugin of the root conftest:
 tests/cache and tests/bench (calibration) share one of each."""
 
@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from cache import CacheRequest, EmbeddedRedis, Embedder, SemanticCache
+from cache import CacheRequest, EmbeddedRedis, Embedder, MultilingualEmbedder, SemanticCache
 from cache.store import CacheStore
+from cache.tiers import multilingual_field
 
 T = TypeVar("T")
 Run = Callable[[Coroutine[Any, Any, T]], T]
@@ -63,8 +64,41 @@ def store(redis_server: EmbeddedRedis, embedder: Embedder, run: Run) -> Iterator
 
 @pytest.fixture
 def cache(store: CacheStore, embedder: Embedder) -> SemanticCache:
-    """A fresh facade (own stats) over the shared store."""
+    """A fresh facade (own stats) over the shared store: English and exact tiers."""
     return SemanticCache(store, embedder)
+
+
+@pytest.fixture(scope="session")
+def multilingual() -> Iterator[MultilingualEmbedder]:
+    emb = MultilingualEmbedder()
+    yield emb
+    emb.close()
+
+
+@pytest.fixture(scope="session")
+def every_tier_store(
+    redis_server: EmbeddedRedis, embedder: Embedder, multilingual: MultilingualEmbedder, run: Run
+) -> Iterator[CacheStore]:
+    """A store with the multilingual tier's vectors too (its own index: an index is
+    defined again whenever a store with other fields connects to it)."""
+    st = CacheStore(
+        redis_server.url,
+        embedder.model_id,
+        embedder.dims,
+        index_name="semgate-test-tiers",
+        extra_vectors=(multilingual_field(multilingual),),
+    )
+    run(st.connect())
+    yield st
+    run(st.close())
+
+
+@pytest.fixture
+def every_tier_cache(
+    every_tier_store: CacheStore, embedder: Embedder, multilingual: MultilingualEmbedder
+) -> SemanticCache:
+    """A fresh facade with every tier: exact, English and multilingual."""
+    return SemanticCache(every_tier_store, embedder, multilingual=multilingual)
 
 
 @pytest.fixture

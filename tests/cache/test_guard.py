@@ -1,4 +1,5 @@
-"""The near-miss guard, rule by rule, and the calibration goal on the labelled set."""
+"""The near-miss guard, rule by rule, and the calibration goal on the labelled set. A
+near-miss named by a grey-zone rule is rejected by the verifier, which names it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from bench.calibrate import calibrate, load_pairs
 from cache import DEFAULT_THRESHOLD, Embedder, Guard, SemanticCache
+from cache.guard import GREY_RULES, VERIFIER
 from tests.cache.fixtures import Run
 
 DATA = Path(__file__).parents[2] / "data"
@@ -37,12 +39,12 @@ NEAR_MISSES = [
     (
         "How long do I boil an egg for a fully hard yolk?",
         "How long do I boil an egg for a runny yolk?",
-        {"overlap"},
+        {VERIFIER},
     ),
     (
         "When is the best month to see the midnight sun in Norway?",
         "When is the best month to see the northern lights in Norway?",
-        {"overlap"},
+        {VERIFIER},
     ),
     ("Ice or heat in the first 2 days?", "Ice or heat after the first 2 days?", {"polarity"}),
     ("What are the side effects of aspirin in children?", "Side effects of aspirin?", {"contrast"}),
@@ -58,7 +60,7 @@ NEAR_MISSES = [
         {"order"},
     ),
     ("What is 15% of 80?", "80 is 15% of what number?", {"order"}),
-    ("What is the capital of Peru?", "What is the largest city of Peru?", {"overlap"}),
+    ("What is the capital of Peru?", "What is the largest city of Peru?", {VERIFIER}),
     ("Did Ada Lovelace meet Charles Babbage?", "Did Charles Babbage meet Ada Lovelace?", {"order"}),
     ("Is a square a rectangle?", "Is a rectangle a square?", {"order"}),
     ("Solve 2x + 3 = 9", "Solve 2x - 3 = 9", {"substitution"}),
@@ -274,7 +276,8 @@ def test_near_misses_are_rejected_by_the_named_rule(
     cached: str, query: str, rules: set[str], embedder: Embedder
 ):
     verdict = Guard().check(cached, query, _similarity(embedder, cached, query))
-    assert not verdict.ok and verdict.rule in rules, verdict
+    expected = {VERIFIER if rule in GREY_RULES else rule for rule in rules}
+    assert not verdict.ok and verdict.rule in expected, verdict
     assert verdict.detail
 
 
@@ -302,7 +305,7 @@ def test_paraphrases_pass_the_word_rules(cached: str, query: str):
         ),
     ],
 )
-def test_paraphrases_clear_the_overlap_bar(cached: str, query: str, embedder: Embedder):
+def test_paraphrases_pass_the_verifier(cached: str, query: str, embedder: Embedder):
     assert Guard().check(cached, query, _similarity(embedder, cached, query)).ok
 
 

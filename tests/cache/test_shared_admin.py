@@ -51,13 +51,16 @@ def test_a_threshold_change_reaches_every_replica_and_outlives_them(
 
 def test_stats_add_up_every_replica_and_count_them(replicas: list[SharedAdmin], run: Run):
     first, second = replicas
-    first.cache.stats.lookups, first.cache.stats.hits_exact = 3, 1
+    first.cache.stats.lookups = 3
+    first.cache.stats.hits_by_tier["exact"] = 1
     second.cache.stats.lookups, second.cache.stats.misses = 5, 5
     second.cache.stats.errors["timeout"] += 2
     run(second._publish())
     total = run(first.stats())
     assert total["replicas"] >= 2  # both (and any other test's process still publishing)
     assert total["lookups"] >= 8 and total["hits"] >= 1 and total["misses"] >= 5
+    assert total["hits_by_tier"]["exact"] >= 1
+    assert total["tiers"]["semantic-english"]["languages"] == ["en"]
     assert total["errors"]["timeout"] >= 2
     assert total["best_similarity_histogram"]["buckets"] == list(
         first.cache.stats.snapshot()["best_similarity_histogram"]["buckets"]

@@ -1,4 +1,4 @@
-"""`semgate cache calibrate` and `fit-overlap` end to end: real embedded Redis, real
+"""`semgate cache calibrate` and `fit` end to end: real embedded Redis, real
 embedder."""
 
 from __future__ import annotations
@@ -58,18 +58,33 @@ def test_calibrate_rejects_a_bad_file_readably(tmp_path: Path):
     assert missing.returncode == 2 and "cannot read pairs file" in missing.stderr
 
 
-def test_fit_overlap_prints_the_bar_and_each_file_held_out():
-    files = [str(DATA / "cache_pairs.jsonl"), str(DATA / "cache_pairs_holdout.jsonl")]
-    out = semgate_cache("fit-overlap", "--pairs", *files, "--json", timeout=300, check=True)
+def test_fit_prints_both_models_and_each_file_held_out(tmp_path: Path):
+    english = [str(DATA / "cache_pairs.jsonl"), str(DATA / "cache_pairs_holdout.jsonl")]
+    other = [str(DATA / "cache_multilingual_a.jsonl"), str(DATA / "cache_multilingual_c.jsonl")]
+    written = tmp_path / "verifier.json"
+    out = semgate_cache(
+        "fit", "--pairs", *english, "--multilingual", *other, "--score", english[0],
+        "--write", str(written), "--json", timeout=600, check=True,
+    )  # fmt: skip
     report = json.loads(out.stdout)
-    bar = report["bar"]
-    assert bar["ceiling"] == 0.92 and bar["per_sequence"] > 0
-    assert [s["name"] for s in report["held_out"]] == files
-    for score in report["held_out"]:
-        assert score["with_bar"]["false_hits"] <= score["without_bar"]["false_hits"]
+    models = report["verifiers"]
+    assert models["english"]["features"][0] == "similarity"
+    assert models["english"]["weights"][0] > 0  # similarity raises the odds
+    assert set(models["multilingual"]["thresholds"]) >= {"fr", "es", "de", "zh", "ja", "ru"}
+    scored = [(name, how) for name, how, _ in report["scores"]]
+    held = [Path(f).stem for f in english + other]
+    assert scored == [*((n, "held out") for n in held), ("cache_pairs", "english"),
+                      ("cache_pairs", "multilingual")]  # fmt: skip
+    for _, _, score in report["scores"][:2]:
+        assert score["precision"] >= 0.9 and score["recall"] >= 0.5, score
+    fitted = json.loads(written.read_text())
+    assert fitted["tiers"]["english"] == models["english"]
+    assert fitted["fitted_on"]["english"] == english
 
 
-def test_fit_overlap_refuses_an_impossible_target_before_measuring():
+def test_fit_refuses_a_bad_file_readably(tmp_path: Path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"cached": "a", "query": "b"}\n')
     pairs = str(DATA / "cache_pairs.jsonl")
-    out = semgate_cache("fit-overlap", "--pairs", pairs, "--target-precision", "1.5", timeout=60)
-    assert out.returncode == 2 and "--target-precision: 1.5 must be in (0, 1]" in out.stderr
+    out = semgate_cache("fit", "--pairs", pairs, "--multilingual", str(bad), timeout=60)
+    assert out.returncode == 2 and "bad.jsonl:1" in out.stderr

@@ -182,8 +182,21 @@ def test_stats_count_hits_and_misses(admin: httpx.Client, alice: openai.OpenAI):
     after = admin.get("/admin/cache/stats").json()
     assert after["lookups"] - before["lookups"] == 2
     assert after["misses"] - before["misses"] == 1
-    assert after["hits_semantic"] - before["hits_semantic"] == 1
+    semantic = [stats["hits_by_tier"].get("semantic-english", 0) for stats in (before, after)]
+    assert semantic[1] - semantic[0] == 1
     assert sum(after["best_similarity_histogram"]["counts"]) > 0
+
+
+def test_stats_say_per_language_which_tier_serves_it(admin: httpx.Client, alice: openai.OpenAI):
+    status_of(alice, "Quelle est la capitale de l'Australie ?")
+    status_of(alice, "Hur många invånare har Stockholm?")  # Swedish: nothing fitted
+    stats = admin.get("/admin/cache/stats").json()
+    languages = stats["languages"]
+    assert languages["en"]["tier"] == "semantic-english"
+    assert languages["fr"]["tier"] == "semantic-multilingual"
+    assert 0 < languages["fr"]["threshold"] < 1 and languages["fr"]["lookups"] >= 1
+    assert languages["sv"]["tier"] == "exact only" and languages["sv"]["lookups"] >= 1
+    assert "fr" in stats["tiers"]["semantic-multilingual"]["languages"]
 
 
 def test_entry_search_text_cannot_widen_the_filter(admin: httpx.Client):

@@ -1,0 +1,93 @@
+"""Fitting the verifier: the shipped models are what the labelled fit sets give, and
+they earn their place on files they were not fitted on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.calibrate import load_pairs
+from bench.verifier_fit import (
+    MeasuredPair,
+    fit,
+    held_out,
+    language_thresholds,
+    measure_english,
+    measure_multilingual,
+)
+from cache import DEFAULT_THRESHOLD, Embedder, Guard, MultilingualEmbedder
+from cache.verifier import TARGET_PRECISION, VERIFIERS, Verifier, read_verifiers
+
+ROOT = Path(__file__).parents[2]
+DATA = ROOT / "data"
+FITTED = json.loads((ROOT / "cache" / "verifier.json").read_text())["fitted_on"]
+
+
+@pytest.fixture(scope="module")
+def english(embedder: Embedder) -> dict[str, list[MeasuredPair]]:
+    guard = Guard()
+    return {name: measure_english(load_pairs(ROOT / name), embedder, guard)
+            for name in FITTED["english"]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def other(multilingual: MultilingualEmbedder) -> dict[str, list[MeasuredPair]]:
+    return {name: measure_multilingual(load_pairs(ROOT / name), multilingual)
+            for name in FITTED["multilingual"]}  # fmt: skip
+
+
+def test_the_shipped_verifier_records_every_fit_set():
+    labelled = {str(p.relative_to(ROOT)) for p in DATA.glob("cache_pairs*.jsonl")}
+    assert set(FITTED["english"]) == labelled
+    assert set(FITTED["multilingual"]) == {
+        "data/cache_multilingual_a.jsonl",
+        "data/cache_multilingual_c.jsonl",
+    }
+    assert FITTED["floor"] == DEFAULT_THRESHOLD and FITTED["target_precision"] == TARGET_PRECISION
+
+
+def _close(a: Verifier, b: Verifier) -> None:
+    assert a.features == b.features
+    assert a.weights == pytest.approx(b.weights, abs=0.05)
+    assert a.intercept == pytest.approx(b.intercept, abs=0.05)
+    assert a.cut == pytest.approx(b.cut, abs=0.01)
+
+
+def test_the_shipped_models_are_the_fit_of_the_fit_sets(
+    english: dict[str, list[MeasuredPair]], other: dict[str, list[MeasuredPair]]
+):
+    en_rows = [r for rs in english.values() for r in rs]
+    ml_rows = [r for rs in other.values() for r in rs]
+    en = fit(en_rows, DEFAULT_THRESHOLD, TARGET_PRECISION["english"], tuple(en_rows[0].features))
+    _close(en, VERIFIERS["english"])
+    thresholds = language_thresholds(ml_rows)
+    assert thresholds == VERIFIERS["multilingual"].thresholds
+    features = tuple(ml_rows[0].features)
+    ml = fit(ml_rows, thresholds, TARGET_PRECISION["multilingual"], features)
+    _close(ml, VERIFIERS["multilingual"])
+
+
+def test_held_out_english_files_meet_the_goal(english: dict[str, list[MeasuredPair]]):
+    features = tuple(next(iter(english.values()))[0].features)
+    scores = held_out(english, DEFAULT_THRESHOLD, TARGET_PRECISION["english"], features)
+    correct = sum(s.score.hits - s.score.false_hits for s in scores)
+    hits = sum(s.score.hits for s in scores)
+    paraphrases = sum(s.score.paraphrases for s in scores)
+    assert correct / hits >= 0.95 and correct / paraphrases >= 0.7
+
+
+def test_a_written_file_reads_back():
+    from bench.verifier_fit import verifier_file
+
+    model = Verifier(("similarity",), (5.0,), -3.0, 0.6, {"fr": 0.7})
+    text = verifier_file({"english": model}, {"english": ["data/x.jsonl"]})
+    assert read_verifiers(text) == {"english": model}
+    assert model.admits({"similarity": 0.8}) and not model.admits({"similarity": 0.6})
+
+
+def test_an_unreachable_target_is_refused_readably(english: dict[str, list[MeasuredPair]]):
+    rows = [r for rs in english.values() for r in rs]
+    with pytest.raises(ValueError, match=r"no cut of these pairs reaches precision 1\.5"):
+        fit(rows, DEFAULT_THRESHOLD, 1.5, tuple(rows[0].features))
