@@ -1,12 +1,14 @@
 # One image for every role: `semgate serve` is the gateway (cache + in-process
 # engine, or forwarding to --upstream engines); `semgate serve --no-cache` is a
 # bare engine server. No Redis inside: give the cache role REDIS_URL (a Redis
-# Stack server). CPU torch by default; for NVIDIA GPUs build with
-#   --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128
+# Stack server). CPU torch by default; for NVIDIA GPUs build with a CUDA 13 torch and
+# the [gpu] extra (flash-attn-4 and the CUTLASS DSL), as docker-compose.gpu.yml does:
+#   --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu130 --build-arg EXTRAS=gpu
 FROM python:3.11-slim
 
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ARG EXTRAS=""
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -21,7 +23,7 @@ RUN pip install --index-url "$TORCH_INDEX" "torch==$TORCH_VERSION"
 
 WORKDIR /src
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+RUN python -c "import tomllib, os; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + [d for e in filter(None, os.environ['EXTRAS'].split(',')) for d in p['optional-dependencies'][e]]))" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 

@@ -1,0 +1,331 @@
+"""`scripts/gpu-check`: the engine on one NVIDIA GPU against transformers, one JSON out.
+
+On a machine with a CUDA build of torch, transformers and no network (wheels and
+tokenizer files carried in; see scripts/gpu-check and docs/development.md):
+1. `pytest -m gpu`: flash-attn-4 against the reference, graph replay against eager,
+   fp32 greedy against transformers, bf16 beside fp32.
+2. On a random-weight model of SmolLM2-135M's shape, bf16: batch-1 decode in
+   alternating rounds (transformers with its static cache, compiled; transformers'
+   dynamic cache; the engine eager on SDPA, eager on flash, flash with CUDA graphs),
+   then 64 requests x 256 tokens in each engine mode and transformers as one padded
+   batch; fp32 greedy agreement (8 prompts x 32 tokens); flash against the reference.
+3. A torch profiler summary of the engine's decode steps (graphs, batch 1 and 64):
+   kernel time against wall time a step, and the top kernels.
+
+`--export-tokenizer DIR` (on the CPU machine) writes the tokenizer files it needs.
+`--device cpu --quick` runs the same code on a CPU (flash_reference for flash, no
+graphs, small sizes): what tests/bench/test_gpu_check.py runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.gpu_models import export_tokenizer, fa4_against_reference, random_model
+from engine import LLM, EngineConfig, SamplingParams
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a land far away,",
+    "The three laws of thermodynamics are",
+    "import numpy as np\nx = np.",
+    "Q: What is 2+2?\nA:",
+    "Translate to German: good morning",
+    "The quick brown fox",
+]
+GOALS = {"batch1_vs_hf_static": 2.0, "batch64x256_tok_s": 15000.0}
+
+
+class Check:
+    def __init__(self, device: str, quick: bool) -> None:
+        self.device = torch.device(device)
+        self.quick = quick
+        self.flash = "flash" if self.device.type == "cuda" else "flash_reference"
+        self.decode_tokens = 16 if quick else 128
+        self.rounds = 2 if quick else 3
+        self.requests, self.request_tokens = (8, 16) if quick else (64, 256)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def timed(self, fn: Callable[[], Any]) -> float:
+        self.sync()
+        started = time.perf_counter()
+        fn()
+        self.sync()
+        return time.perf_counter() - started
+
+    def engine(self, path: Path, **overrides: Any) -> LLM:
+        if self.device.type == "cpu":  # the reference's memory is batch x context keys
+            overrides = {"max_model_len": 512, "block_size": 16, **overrides}
+        return LLM(
+            EngineConfig(
+                model=str(path), device=self.device.type, kv_cache_memory=2 << 30, **overrides
+            )
+        )
+
+    def modes(self) -> dict[str, dict[str, Any]]:
+        """The engine's modes, each an EngineConfig's overrides (bf16 on CUDA)."""
+        dtype = "bfloat16" if self.device.type == "cuda" else "float32"
+        return {
+            "engine_eager_sdpa": dict(dtype=dtype, attention_backend="torch", enforce_eager=True),
+            "engine_eager_flash": dict(
+                dtype=dtype, attention_backend=self.flash, enforce_eager=True
+            ),
+            "engine_flash_graphs": dict(
+                dtype=dtype, attention_backend=self.flash, enforce_eager=False
+            ),
+        }
+
+    def fp32_agreement(self, path: Path) -> str:
+        from transformers import LlamaForCausalLM
+
+        greedy = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
+        llm = self.engine(path, dtype="float32", attention_backend="torch")
+        outs = llm.generate(PROMPTS, greedy)
+        release(llm)
+        hf = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
+        same = 0
+        with torch.no_grad():
+            for out in outs:
+                ids = torch.tensor([out.prompt_token_ids], device=self.device)
+                ref = hf.generate(ids, max_new_tokens=32, min_new_tokens=32, do_sample=False)
+                same += ref[0, ids.shape[1] :].tolist() == out.token_ids
+        release(hf)
+        return f"{same}/{len(PROMPTS)}"
+
+    def batch1(self, path: Path, hf: Any) -> tuple[list[dict[str, float]], dict[str, list[int]]]:
+        """Rounds of batch-1 decode tok/s (prefill included), every side in each round;
+        and each engine mode's tokens, to compare."""
+        n = self.decode_tokens
+        greedy = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+        x = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]], device=self.device)
+        gen = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        engines = {name: self.engine(path, **o) for name, o in self.modes().items()}
+        tokens: dict[str, list[int]] = {}
+        rows = []
+        with torch.no_grad():
+            for _ in range(self.rounds):
+                row = {}
+                if self.device.type == "cuda":  # compiles with CUDA graphs: a GPU's baseline
+                    row["hf_static_cache"] = n / self.timed(
+                        lambda: hf.generate(x, cache_implementation="static", **gen)
+                    )
+                row["hf_dynamic_cache"] = n / self.timed(lambda: hf.generate(x, **gen))
+                for name, llm in engines.items():
+                    outs: list[Any] = []
+                    row[name] = n / self.timed(
+                        lambda llm=llm, outs=outs: outs.extend(
+                            llm.generate(["hello there"], greedy)
+                        )
+                    )
+                    tokens[name] = outs[0].token_ids
+                rows.append(row)
+                print(json.dumps({"batch1_round": row}), file=sys.stderr, flush=True)
+        for llm in engines.values():
+            release(llm)
+        return rows, tokens
+
+    def batch64(self, path: Path, hf: Any) -> tuple[dict[str, float], dict[str, list[list[int]]]]:
+        """Output tok/s of `requests` requests of `request_tokens` tokens: each engine mode
+        (continuous batching), transformers as one left-padded batch."""
+        prompts = [f"Request number {i}: tell me about" for i in range(self.requests)]
+        n = self.request_tokens
+        greedy = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+        result, tokens = {}, {}
+        for name, overrides in self.modes().items():
+            llm = self.engine(path, **overrides, max_num_seqs=self.requests)
+            llm.generate(prompts[:2], SamplingParams(max_tokens=4, temperature=0.0))  # warm
+            outs: list[Any] = []
+            seconds = self.timed(
+                lambda llm=llm, outs=outs: outs.extend(llm.generate(prompts, greedy))
+            )
+            result[name] = sum(len(o.token_ids) for o in outs) / seconds
+            tokens[name] = [o.token_ids for o in outs]
+            release(llm)
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(path)
+        tok.pad_token, tok.padding_side = tok.eos_token, "left"
+        batch = tok(prompts, return_tensors="pt", padding=True).to(self.device)
+        with torch.no_grad():
+            seconds = self.timed(
+                lambda: hf.generate(**batch, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+            )
+        result["hf_padded_batch"] = len(prompts) * n / seconds
+        return result, tokens
+
+    def profile(self, path: Path) -> dict[str, Any]:
+        """Where a decode step's time goes with graphs, at batch 1 and at `requests`."""
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        summary = {}
+        llm = self.engine(path, **self.modes()["engine_flash_graphs"], max_num_seqs=self.requests)
+        for batch in (1, self.requests):
+            prompts = [f"Profile {i}: tell me about" for i in range(batch)]
+            greedy = SamplingParams(max_tokens=17, temperature=0.0, ignore_eos=True)
+            ids = [llm.add_request(p, greedy) for p in prompts]
+            seqs = [llm.engine.sequences[i] for i in ids]
+            while any(s.num_output_tokens == 0 for s in seqs):  # prefill, outside the profile
+                llm.step()
+            self.sync()
+            started = time.perf_counter()
+            steps = 0
+            with profile(activities=activities) as prof:
+                while llm.has_unfinished():
+                    llm.step()
+                    steps += 1
+                self.sync()
+            wall = (time.perf_counter() - started) / steps
+            events = prof.key_averages()
+            kernel_us = sum(getattr(e, "self_device_time_total", 0) for e in events)
+            top = sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0))[-5:]
+            summary[f"batch{batch}"] = {
+                "wall_ms_per_step": wall * 1000,
+                "kernel_ms_per_step": kernel_us / 1000 / steps,
+                "host_share": 1 - min(1.0, kernel_us / 1e6 / steps / wall) if wall else None,
+                "top_kernels_ms": {
+                    e.key[:80]: getattr(e, "self_device_time_total", 0) / 1000 / steps
+                    for e in reversed(top)
+                },
+            }
+        release(llm)
+        return summary
+
+
+def release(obj: Any) -> None:
+    """Drops an engine or model and gives its device memory back."""
+    del obj
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_gpu_tests(tokenizer_dir: Path) -> dict[str, Any]:
+    """`pytest -m gpu` in a child process; its counts and failures from JUnit XML."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "gpu.xml"
+        started = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+             "tests/engine/test_gpu.py", f"--junitxml={report}"],
+            env={**os.environ, "SEMGATE_GPU_TOKENIZER": str(tokenizer_dir)},
+            capture_output=True,
+            text=True,
+        )  # fmt: skip
+        result: dict[str, Any] = {"exit_code": proc.returncode}
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        if not report.is_file():
+            result["output_tail"] = (proc.stdout + proc.stderr)[-3000:]
+            return result
+        cases = ET.parse(report).getroot().iter("testcase")
+        outcomes = {}
+        for case in cases:
+            failed = case.find("failure")
+            if failed is None:
+                failed = case.find("error")
+            skipped = case.find("skipped")
+            if failed is not None:
+                outcomes[case.get("name")] = "failed: " + (failed.get("message") or "")[:500]
+            elif skipped is not None:
+                outcomes[case.get("name")] = "skipped: " + (skipped.get("message") or "")[:200]
+            else:
+                outcomes[case.get("name")] = "passed"
+        result["tests"] = outcomes
+        return result
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from transformers import LlamaForCausalLM
+
+    started = time.perf_counter()
+    check = Check(args.device, args.quick)
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if check.device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+    if check.device.type == "cuda":
+        import flash_attn
+
+        result["flash_attn"] = getattr(flash_attn, "__version__", "?")
+        result["pytest_gpu"] = run_gpu_tests(args.tokenizer_dir)
+        result["fa4_vs_reference_max_abs_diff"] = fa4_against_reference()
+    path = random_model(args.tokenizer_dir)
+    result["fp32_greedy_agreement"] = check.fp32_agreement(path)
+    dtype = torch.bfloat16 if check.device.type == "cuda" else torch.float32
+    hf = LlamaForCausalLM.from_pretrained(path, dtype=dtype).to(check.device).eval()
+    rows, tokens1 = check.batch1(path, hf)
+    later = rows[1:] or rows
+    result["batch1_tok_s_rounds"] = rows
+    result["batch1_tok_s_median_after_first"] = {
+        k: statistics.median(r[k] for r in later) for k in rows[0]
+    }
+    result["batch64"], tokens64 = check.batch64(path, hf)
+    release(hf)
+    result["graphs_equal_eager_flash"] = {
+        "batch1": tokens1["engine_flash_graphs"] == tokens1["engine_eager_flash"],
+        "batch64_requests_equal": sum(
+            a == b
+            for a, b in zip(
+                tokens64["engine_flash_graphs"], tokens64["engine_eager_flash"], strict=True
+            )
+        ),
+        "of": check.requests,
+    }
+    result["profile"] = check.profile(path)
+    medians = result["batch1_tok_s_median_after_first"]
+    if "hf_static_cache" in medians:
+        ratio = medians["engine_flash_graphs"] / medians["hf_static_cache"]
+        result["goals"] = {
+            "batch1_vs_hf_static": {"ratio": ratio, "goal": GOALS["batch1_vs_hf_static"]},
+            "batch64x256_tok_s": {
+                "ours": result["batch64"]["engine_flash_graphs"],
+                "goal": GOALS["batch64x256_tok_s"],
+            },
+        }
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--export-tokenizer", type=Path, metavar="DIR")
+    parser.add_argument("--tokenizer-dir", type=Path, default=Path("gpu-tok"))
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    args = parser.parse_args()
+    if args.export_tokenizer:
+        export_tokenizer(args.export_tokenizer)
+        return
+    result = run(args)
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
