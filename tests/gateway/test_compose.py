@@ -73,6 +73,27 @@ def test_gpu_override_reserves_a_gpu_for_the_engine_only() -> None:
     assert devices[0]["driver"] == "nvidia"
     assert "gpu" in devices[0]["capabilities"]
     assert "/whl/cu" in services["engine"]["build"]["args"]["TORCH_INDEX"]
+    assert services["engine"]["build"]["args"]["EXTRAS"] == "gpu"
+
+
+@pytest.mark.parametrize("extras", ["", "gpu"])
+def test_the_image_installs_the_dependencies_and_the_extras_it_is_built_with(extras: str):
+    """The Dockerfile's requirements line, run as the build runs it (EXTRAS from its
+    ARG): pyproject's dependencies, plus the [gpu] extra's for the GPU image."""
+    text = DOCKERFILE.read_text()
+    command = re.search(r'RUN python -c "(.+?)" > /tmp/requirements.txt', text)
+    assert command is not None
+    result = subprocess.run(
+        [sys.executable, "-c", command.group(1)],
+        cwd=ROOT,
+        env={**os.environ, "EXTRAS": extras},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    expected = project["dependencies"] + (project["optional-dependencies"]["gpu"] if extras else [])
+    assert result.stdout.splitlines() == expected
 
 
 def test_dockerfile_installs_torch_before_the_project() -> None:
