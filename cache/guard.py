@@ -361,6 +361,15 @@ GREY_RULES = tuple(name for name, r in REGISTRY.items() if not r.certain)
 _FRAMING = frozenset(stem(w) for w in lexicon.NON_NARROWING) | lexicon.NON_NARROWING
 
 
+def _answer_type(f: Features) -> int | None:
+    """Where a noun naming the answer's kind follows "which"/"what" ("which city is ..."),
+    if one does."""
+    for i in range(1, len(f.words)):
+        if f.words[i - 1] in ("which", "what") and f.words[i] in lexicon.ANSWER_TYPE_NOUNS:
+            return i
+    return None
+
+
 def pair_features(
     a: Features, b: Features, similarity: float, grey: Collection[str]
 ) -> dict[str, float]:
@@ -372,8 +381,19 @@ def pair_features(
     question more often than not, one that keeps every content word is rewording; and
     which grey rules found something (`grey`), alone and scaled by the similarity (a
     synonym exchanged scores higher than another thing named)."""
-    ca = [w for w in a.content if w not in _FRAMING]
-    cb = [w for w in b.content if w not in _FRAMING]
+    ta, tb = _answer_type(a), _answer_type(b)
+    # Only one side naming the answer's kind ("which city" beside "what") asks the same;
+    # two kinds named are compared as content ("which city" vs "which country").
+    ca = [
+        w
+        for i, w in zip(a.content_at, a.content, strict=True)
+        if w not in _FRAMING and (i != ta or tb is not None)
+    ]
+    cb = [
+        w
+        for i, w in zip(b.content_at, b.content, strict=True)
+        if w not in _FRAMING and (i != tb or ta is not None)
+    ]
     differs = float(ca != cb)
     shared = overlap_features(a.words, b.words)
     only = (len(set(ca) - set(cb)), len(set(cb) - set(ca)))

@@ -123,8 +123,8 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         "--attention-backend",
         choices=ATTENTION_BACKEND_CHOICES,
         default=None,
-        help="default: auto, flash-attn-4 on an NVIDIA GPU, semgate's kernel on a CPU, else "
-        "SDPA (torch); flash_reference is flash's contract in plain torch, for tests",
+        help="(default: auto, flash-attn-4 on an NVIDIA GPU, semgate's kernel on a CPU, else "
+        "SDPA (torch)); flash_reference is flash's contract in plain torch, for tests",
     )
     serve.add_argument(
         "--block-size",

@@ -303,10 +303,17 @@ def test_paraphrases_pass_the_word_rules(cached: str, query: str):
             "How do I remove duplicate rows in pandas?",
             "how can i get rid of repeated rows in pandas",
         ),
+        # The answer's kind named on one side only ("which city") is no content added.
+        ("What is the capital of Spain?", "Which city is the capital of Spain?"),
     ],
 )
 def test_paraphrases_pass_the_verifier(cached: str, query: str, embedder: Embedder):
     assert Guard().check(cached, query, _similarity(embedder, cached, query)).ok
+
+
+def test_two_kinds_of_answer_named_are_two_questions(embedder: Embedder):
+    cached, query = "Which city is the largest in Spain?", "Which river is the largest in Spain?"
+    assert not Guard().check(cached, query, _similarity(embedder, cached, query)).ok
 
 
 def test_rules_can_be_switched_off_and_unknown_rules_are_refused():

@@ -56,7 +56,7 @@ def test_random_adds_aborts_and_finishes_keep_accounting(llm):
             live.remove(victim)
         scheduled = sched.schedule()
         new_tokens = [[rng.randrange(100)] for item in scheduled if item.samples]
-        for seq in sched.update(scheduled, new_tokens):
+        for seq, _ in sched.update(scheduled, new_tokens):
             if seq.finished:
                 assert seq.finish_reason == "length"
                 live.remove(seq)
