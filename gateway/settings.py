@@ -32,6 +32,7 @@ from engine.config import (
     check_choice,
 )
 from gateway.group_settings import (
+    GROUP_SETTINGS,
     GroupSettings,
     from_config,
     group_settings,
@@ -169,11 +170,8 @@ class Settings:
     def group(self, model: str | None) -> GroupSettings:
         """The settings of `model`'s upstream group (None: the servers whose models are
         discovered): its own, else the gateway-wide ones."""
-        values = {
-            name: getattr(self, f"upstream_{name}")
-            for name in ("policy", "balance_threshold", "session_affinity",
-                         "prefix_capacity", "timeout", "api_key")
-        }  # fmt: skip
+        # Every setting but the weights (one per URL: a group's own) has a gateway-wide one.
+        values = {n: getattr(self, f"upstream_{n}") for n in GROUP_SETTINGS if n != "weights"}
         if model is None:
             return group_settings(values, None, "upstreams")
         values.update(self.upstream_settings.get(model, {}))
