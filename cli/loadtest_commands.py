@@ -38,6 +38,11 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         help="rag prompts share this many contexts (default 0: one each)",
     )  # fmt: skip
     parser.add_argument(
+        "--rag-hot-fraction", type=float, default=None,
+        help="draw each rag question's context at random, the first with this probability "
+        "(default: the shared contexts in turn)",
+    )  # fmt: skip
+    parser.add_argument(
         "--long-fraction", type=float, default=None, help="mixed: share of rag prompts (0.2)"
     )
     parser.add_argument("--model", default="smollm2-135m-instruct", help="the request's model")
@@ -67,13 +72,20 @@ def add_loadtest_command(commands: argparse._SubParsersAction) -> None:  # type:
     _add_workload_arguments(run)
     run.set_defaults(func=cmd_run)
 
-    scenario = sub.add_parser("scenario", help="start two servers and compare them on one workload")
+    scenario = sub.add_parser(
+        "scenario",
+        help="start two servers (or two gateways and their engine servers) and compare them "
+        "on one workload",
+    )
     scenario.add_argument("name", choices=sorted(SCENARIOS), help="what the two servers differ in")
     scenario.add_argument("--rounds", type=int, default=2, help="alternating rounds")
     scenario.add_argument(
         "--num-threads", type=int, default=1, help="engine CPU threads of each server"
     )
-    scenario.add_argument("--out", type=Path, default=None, help=f"default {DEFAULT_OUT}/NAME")
+    scenario.add_argument(
+        "--out", type=Path, default=None,
+        help=f"default {DEFAULT_OUT}/NAME (a scenario run next: beside it, by its name)",
+    )  # fmt: skip
     _add_workload_arguments(scenario)
     scenario.set_defaults(func=cmd_scenario)
 
@@ -87,6 +99,7 @@ def _workload_options(args: argparse.Namespace, defaults: dict[str, object]) -> 
         "max_output_tokens": args.max_output_tokens,
         "rag_tokens": tuple(args.rag_tokens) if args.rag_tokens else None,
         "rag_contexts": args.rag_contexts,
+        "rag_hot_fraction": args.rag_hot_fraction,
         "long_fraction": args.long_fraction,
         "tokenizer": args.tokenizer or args.model,
         "seed": args.seed,
@@ -134,19 +147,26 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     from loadtest.runner import LoadShape
 
     console = Console(stderr=True)
-    scenario = SCENARIOS[args.name]
-    run = ScenarioRun(
-        scenario, rounds=args.rounds, num_threads=args.num_threads, timeout=args.timeout,
-        model=args.model, seed=args.seed,
-    )  # fmt: skip
-    options = _workload_options(args, {"num_requests": scenario.num_requests, **scenario.options})
-    closed = args.concurrency is not None or (args.rate is None and scenario.rate is None)
-    shape = LoadShape(
-        rate=None if closed else (args.rate or scenario.rate),
-        concurrency=(args.concurrency or scenario.concurrency) if closed else None,
-        duration=args.duration or 900.0,
-        seed=args.seed,
-    )
-    report = run_scenario(run, options, shape, args.out or DEFAULT_OUT / args.name, console)
-    console.print(f"report: {report}")
+    out = args.out or DEFAULT_OUT / args.name
+    name: str | None = args.name
+    while name is not None:  # the scenario, then those it says to run next
+        scenario = SCENARIOS[name]
+        run = ScenarioRun(
+            scenario, rounds=args.rounds, num_threads=args.num_threads, timeout=args.timeout,
+            model=args.model, seed=args.seed,
+        )  # fmt: skip
+        options = _workload_options(
+            args, {"num_requests": scenario.num_requests, **scenario.options}
+        )
+        closed = args.concurrency is not None or (args.rate is None and scenario.rate is None)
+        shape = LoadShape(
+            rate=None if closed else (args.rate or scenario.rate),
+            concurrency=(args.concurrency or scenario.concurrency) if closed else None,
+            duration=args.duration or 900.0,
+            seed=args.seed,
+        )
+        report = run_scenario(run, options, shape, out, console)
+        console.print(f"report: {report}")
+        name = scenario.then
+        out = out.parent / (name or "")
     return 0

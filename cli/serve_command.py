@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from gateway.group_settings import parse_group_settings
     from gateway.routing_settings import parse_aliases, parse_upstreams
     from gateway.settings import FLAT_SETTINGS, Settings, parse_pairs
 
@@ -25,10 +26,12 @@ def _settings(args: argparse.Namespace) -> Settings:
     direct = {name: given[name] for name in FLAT_SETTINGS if name in given}
     upstreams = parse_upstreams(args.upstream, "--upstream") if args.upstream else {}
     aliases = parse_aliases(args.model_alias, "--model-alias") if args.model_alias else None
+    groups = args.upstream_setting_specs
     return Settings.load(
         args.config,
         **direct,
         **upstreams,
+        upstream_settings=parse_group_settings(groups, "--upstream-setting") if groups else None,
         model_aliases=aliases,
         api_keys=parse_pairs(args.api_key_pairs, "--api-keys") if args.api_key_pairs else None,
         cache=False if args.no_cache else None,
@@ -81,6 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 QUANTIZATION_CHOICES = ("auto", "none", "int8", "int4")
 KV_CACHE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKEND_CHOICES = ("auto", "flash", "cpu", "torch", "flash_reference")
+ROUTING_POLICIES = ("round_robin", "least_load", "prefix")  # gateway/upstream/routing.py's
 
 
 def add_serve_command(sub: argparse._SubParsersAction) -> None:
@@ -208,6 +212,56 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         default=None,
         help="run the in-process engine (--model) beside the upstreams",
+    )
+    serve.add_argument(
+        "--upstream-policy",
+        choices=ROUTING_POLICIES,
+        default=None,
+        help="how each group's servers share its requests (default: prefix, balanced by load)",
+    )
+    serve.add_argument(
+        "--upstream-balance-threshold",
+        type=float,
+        default=None,
+        help="prefix: requests by which the prefix's server may exceed the least-loaded one's "
+        "load before the least-loaded one answers (default: 2.0)",
+    )
+    serve.add_argument(
+        "--upstream-session-affinity",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep a session (X-Session-Id, else `user`) on its server (default: on)",
+    )
+    serve.add_argument(
+        "--upstream-prefix-capacity",
+        type=int,
+        default=None,
+        help="prefix: about how many prompt tokens each server's prefix cache holds, "
+        "what the gateway remembers of it (default: 500000)",
+    )
+    serve.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=None,
+        help="seconds a request may take (default: 600.0)",
+    )
+    serve.add_argument(
+        "--upstream-api-key", default=None, help="bearer key sent to the upstreams (default: none)"
+    )
+    serve.add_argument(
+        "--upstream-setting",
+        dest="upstream_setting_specs",  # parsed into upstream_settings
+        action="append",
+        default=None,
+        metavar="MODEL:NAME=VALUE",
+        help="one upstream group's own setting (policy, balance_threshold, session_affinity, "
+        "prefix_capacity, timeout, api_key, weights=W,W,...); repeatable",
+    )
+    serve.add_argument(
+        "--upstream-header",
+        action="store_true",
+        default=None,
+        help="name the server that answered in an X-Upstream response header",
     )
     serve.add_argument("--no-cache", action="store_true", help="serve without the cache")
     serve.add_argument("--redis-url", default=None, help="default: an embedded Redis Stack")

@@ -87,6 +87,7 @@ class Answer:
     # Known as the response starts (a stream's Server-Timing): the gateway's own timings
     # and the first delta's. The final delta carries them all.
     timings: server_timing.Timings = field(default_factory=dict)
+    upstream: str | None = None  # the remote server answering, where one does
 
 
 def _text(message: ChatMessage | TextMessage) -> str:
@@ -200,8 +201,11 @@ def to_job(
     model: str,
     tenant: str,
     trace_id: str | None = None,
+    session: str | None = None,
 ) -> ChatJob:
-    """`request` as `model` runs it: the name it is served under (ModelRouter.route)."""
+    """`request` as `model` runs it: the name it is served under (ModelRouter.route).
+    `session` (the X-Session-Id header), else the end user's id, keeps the request on
+    the remote server of its session's earlier ones."""
     _refuse_unsupported(request)
     # Ranges and lengths (temperature, top_p, max_tokens, stop, seed) were checked as the
     # body was decoded: they are constraints on ChatCompletionRequest's fields.
@@ -216,6 +220,7 @@ def to_job(
         ignore_eos=request.ignore_eos,
         cache_salt=prefix_cache_salt(tenant, request.cache_salt),
         trace_id=trace_id,
+        session=session or request.user,
         fields=_forwarded(request),
     )
 
@@ -246,14 +251,16 @@ class ChatService:
         tenant: str,
         directives: CacheDirectives,
         trace_id: str | None = None,
+        session: str | None = None,
     ) -> Answer:
-        """`trace_id`: the request's X-Request-Id, which remote servers are sent."""
+        """`trace_id`: the request's X-Request-Id, which remote servers are sent;
+        `session`: its X-Session-Id (gateway/upstream/routing.py)."""
         started = time.perf_counter()
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
         # The job, the cache's partition and the metrics name the served model (an
         # alias's target); the answer names the model the client asked for.
         model = self.upstream.route(request.model)
-        job = to_job(request, answer_id, model, tenant, trace_id)
+        job = to_job(request, answer_id, model, tenant, trace_id, session)
         self.upstream.refuse_oversized(job)
         cache_request = CacheRequest(
             model=job.model,
@@ -315,7 +322,10 @@ class ChatService:
         first = await _first(deltas)  # raises the upstream's refusal as an APIError
         timed = self._timed(first, deltas, job.model, status, started, own)
         timings = server_timing.merge(own, first.timings)
-        return Answer(answer_id, request.model, int(time.time()), status, timed, headers, timings)
+        created = int(time.time())
+        return Answer(
+            answer_id, request.model, created, status, timed, headers, timings, first.upstream
+        )
 
     async def uncached(self, job: ChatJob, reason: str) -> Answer:
         """`job` on the upstream, never looked up nor stored (text completions): counted

@@ -28,6 +28,7 @@ from cache import CacheStats
 from cache.stats import SIMILARITY_BUCKETS
 from engine import RequestMetrics
 from gateway.upstream import EngineGauges, UpstreamHealth
+from gateway.upstream.routing import REASONS
 
 # A `_created` series beside every counter doubles what Prometheus stores for nothing
 # it uses (vLLM turns them off too).
@@ -180,7 +181,8 @@ def _engine_metrics(g: EngineGauges) -> Iterator[Metric]:
 
 def _upstream_metrics(servers: list[UpstreamHealth]) -> Iterator[Metric]:
     """Each server answering misses: up or down and, for remote engines that export
-    them, their running and waiting requests (all three families always described, so
+    them, their running and waiting requests; for remote servers, this gateway's requests
+    in flight on them and those it sent them by reason (every family always described, so
     dashboards name them whatever the mode)."""
     up = GaugeMetricFamily(
         "semgate_upstream_up",
@@ -197,13 +199,28 @@ def _upstream_metrics(servers: list[UpstreamHealth]) -> Iterator[Metric]:
         "A remote upstream's waiting requests, from its own /metrics.",
         labels=["upstream"],
     )
+    in_flight = GaugeMetricFamily(
+        "semgate_upstream_in_flight",
+        "This gateway's requests in flight on a remote upstream.",
+        labels=["upstream"],
+    )
+    chosen = CounterMetricFamily(
+        "semgate_upstream_requests",
+        "Requests sent to a remote upstream, by why routing chose it: prefix, load, session "
+        "or fallback.",
+        labels=["upstream", "reason"],
+    )
     for server in servers:
         up.add_metric([server.name], int(server.up))
         if server.running is not None:
             running.add_metric([server.name], server.running)
         if server.waiting is not None:
             waiting.add_metric([server.name], server.waiting)
-    yield from (up, running, waiting)
+        if server.policy is not None:  # a remote server: routing chooses it
+            in_flight.add_metric([server.name], server.in_flight)
+            for reason in REASONS:
+                chosen.add_metric([server.name, reason], server.requests.get(reason, 0))
+    yield from (up, running, waiting, in_flight, chosen)
 
 
 def _similarity_histogram(s: CacheStats) -> Metric:

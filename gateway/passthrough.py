@@ -57,9 +57,12 @@ class PassThrough:
     picks), under the name they serve it by; the response names the model as asked (not
     an alias's target, nor whatever the server calls it: llama-server names its file)."""
 
-    def __init__(self, upstream: ModelRouter, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, upstream: ModelRouter, metrics: GatewayMetrics, name_upstream: bool = False
+    ) -> None:
         self.upstream = upstream
         self.metrics = metrics
+        self.name_upstream = name_upstream  # X-Upstream: the server that answered
 
     def serves(self, model: str) -> bool:
         """Whether remote servers serve `model` (404 or 503 for a model nobody serves,
@@ -74,17 +77,21 @@ class PassThrough:
         tenant: str,
         request_id: str,
         path: str = CHAT_PATH,
+        session: str | None = None,
     ) -> Response[bytes] | Stream:
         """The upstream's response to `body` (the request as received), POSTed to `path`
-        (chat, text completions or embeddings) with the request's id."""
+        (chat, text completions or embeddings) with the request's id; `session` keeps it
+        on its session's server."""
         started = time.perf_counter()
         remote = self.upstream.remote(request.model)
         assert remote is not None, "asked only for models that serves() passes through"
         servers, served = remote
         self.metrics.passed_through[reason] += 1
         forwarded = {**_forwarded(body, request, tenant), "model": served}
-        resp = await servers.post(served, forwarded, request_id, path)
+        server, resp = await servers.post(served, forwarded, request_id, path, session)
         headers = {"X-Cache-Status": "Bypass", "X-Cache-Bypass-Reason": reason}
+        if self.name_upstream:
+            headers["X-Upstream"] = server
         # Durations only, as on the cached path (the gateway adds none: nothing was asked).
         if timings := server_timing.parse(resp.headers.get("server-timing", "")):
             headers["Server-Timing"] = server_timing.header(timings)

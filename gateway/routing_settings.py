@@ -5,7 +5,8 @@ An upstream spec is `URL[,URL...]` (servers whose models are discovered from the
 /v1/models) or `MODEL=URL[,URL...]` (a group: servers that serve MODEL under that name,
 which is what they are sent). `--upstream` takes one spec and is repeatable;
 SEMGATE_UPSTREAMS holds specs separated by `;`; the config file's `upstreams` is a list
-of specs or an `[upstreams]` table of MODEL = URL or [URL, ...]. A spec is a group when
+of specs or an `[upstreams]` table of MODEL = URL or [URL, ...], or of `[upstreams.MODEL]`
+tables of `urls` and the group's own settings (gateway/group_settings.py). A spec is a group when
 an `=` comes before any `://` (every URL has a scheme), so plain URL lists parse as
 before. An alias is `PUBLIC=MODEL`: clients ask for PUBLIC, MODEL answers.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
+
+from gateway.group_settings import from_config
 
 GROUP_SEPARATOR = ";"
 
@@ -59,17 +62,24 @@ def parse_upstreams(specs: Iterable[str], what: str) -> dict[str, Any]:
 
 
 def upstreams_from_toml(value: object, what: str) -> dict[str, Any]:
-    """The config file's `upstreams`: a list of specs, or a table of groups."""
+    """The config file's `upstreams`: a list of specs, or a table of groups (each its
+    URLs, or a table of `urls` and its own settings: `upstream_settings`)."""
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return parse_upstreams(value, what)
     if isinstance(value, dict):
         specs = []
-        for model, urls in value.items():
+        settings = {}
+        for model, group in value.items():
+            urls = group.get("urls") if isinstance(group, dict) else group
             urls = [urls] if isinstance(urls, str) else urls
             if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
-                raise ValueError(f"{what}: {model} must be a URL or a list of URLs")
+                raise ValueError(
+                    f"{what}: {model} must be a URL, a list of URLs or a table with `urls`"
+                )
             specs.append(f"{model}={','.join(urls)}")
-        return parse_upstreams(specs, what)
+            if isinstance(group, dict) and (own := from_config(model, group, what)):
+                settings[model] = own
+        return {**parse_upstreams(specs, what), "upstream_settings": settings}
     raise ValueError(f"{what} must be a list of URLs or a table of model = [URLs]")
 
 

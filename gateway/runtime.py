@@ -49,8 +49,15 @@ def build_upstream(settings: Settings, metrics: GatewayMetrics) -> ModelRouter:
         )
 
     def remote(urls: list[str], model: str | None = None) -> HttpUpstream:
-        timeout, key = settings.upstream_timeout, settings.upstream_api_key
-        return HttpUpstream(urls, timeout=timeout, api_key=key, model=model)
+        group = settings.group(model)
+        return HttpUpstream(
+            urls,
+            timeout=group.timeout,
+            api_key=group.api_key,
+            model=model,
+            routing=group.routing,
+            weights=group.weights,
+        )
 
     targets += [remote(urls, model) for model, urls in settings.upstream_groups.items()]
     if settings.upstreams:
@@ -83,7 +90,9 @@ class Runtime:
         # Remote servers answer what the cache cannot key (PassThrough.serves); the
         # in-process engine refuses it.
         self.passthrough = (
-            PassThrough(self.upstream, self.metrics) if self.upstream.forwards else None
+            PassThrough(self.upstream, self.metrics, settings.upstream_header)
+            if self.upstream.forwards
+            else None
         )
         # One embedder for /v1/embeddings and the cache (which borrows it at its start).
         self.embeddings = EmbeddingService()

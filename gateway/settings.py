@@ -8,7 +8,8 @@ flat, as they name the others (`--max-num-seqs`, SEMGATE_MAX_NUM_SEQS, `max_num_
 API keys map to tenants: `[keys]` in the config file (`"sk-..." = "tenant"`) or
 SEMGATE_API_KEYS="sk-a:tenant-a,sk-b:tenant-b". No keys: chat is open and every
 request is tenant "default". Upstreams and model aliases are spelled as
-gateway/routing_settings.py says.
+gateway/routing_settings.py says, the settings of each upstream group as
+gateway/group_settings.py says.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ from engine.config import (
     QUANTIZATION_CHOICES,
     EngineConfig,
     check_choice,
+)
+from gateway.group_settings import (
+    GROUP_SETTINGS,
+    GroupSettings,
+    from_config,
+    group_settings,
+    merged,
+    parse_group_settings,
 )
 from gateway.routing_settings import (
     check_routing,
@@ -104,8 +113,17 @@ class Settings:
     upstream_groups: dict[str, list[str]] = field(default_factory=dict)
     local_engine: bool = False  # run the in-process engine beside the upstreams too
     model_aliases: dict[str, str] = field(default_factory=dict)  # public name -> served
+    # Every upstream group's settings unless it has its own (upstream_settings: model ->
+    # name -> value; gateway/group_settings.py): how its servers share its requests
+    # (gateway/upstream/routing.py), how long a request may take, the key sent to them.
+    upstream_policy: str = "prefix"
+    upstream_balance_threshold: float = 2.0
+    upstream_session_affinity: bool = True
+    upstream_prefix_capacity: int = 500_000
     upstream_timeout: float = 600.0
     upstream_api_key: str | None = field(default=None, repr=False)  # sent to the upstreams
+    upstream_settings: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    upstream_header: bool = False  # X-Upstream names the server that answered
     # Cache.
     cache: bool = True
     redis_url: str | None = None
@@ -143,6 +161,21 @@ class Settings:
         self.upstreams, self.upstream_groups = check_routing(
             self.upstreams, self.upstream_groups, self.model_aliases
         )
+        for model in self.upstream_settings:
+            if model not in self.upstream_groups:
+                raise ValueError(f"upstream settings for {model!r}, which no upstream group serves")
+        for model in [None, *self.upstream_groups]:
+            self.group(model)  # checked now, at start
+
+    def group(self, model: str | None) -> GroupSettings:
+        """The settings of `model`'s upstream group (None: the servers whose models are
+        discovered): its own, else the gateway-wide ones."""
+        # Every setting but the weights (one per URL: a group's own) has a gateway-wide one.
+        values = {n: getattr(self, f"upstream_{n}") for n in GROUP_SETTINGS if n != "weights"}
+        if model is None:
+            return group_settings(values, None, "upstreams")
+        values.update(self.upstream_settings.get(model, {}))
+        return group_settings(values, len(self.upstream_groups[model]), f"upstream group {model}")
 
     @property
     def runs_engine(self) -> bool:
@@ -167,10 +200,16 @@ class Settings:
         """Defaults < config file < environment < overrides (None overrides are ignored),
         every setting by its flat name (FLAT_SETTINGS), the engine's too."""
         values: dict[str, Any] = {}
-        if config_file is not None:
-            values.update(_read_config_file(config_file))
-        values.update(_from_env(os.environ if env is None else env))
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        layers = [
+            _read_config_file(config_file) if config_file is not None else {},
+            _from_env(os.environ if env is None else env),
+            {k: v for k, v in overrides.items() if v is not None},
+        ]
+        for layer in layers:
+            values.update(layer)
+        # Each group's settings merge value by value (a flag changes one, not all).
+        if group_values := merged(layer.get("upstream_settings") for layer in layers):
+            values["upstream_settings"] = group_values
         unknown = sorted(set(values) - set(FLAT_SETTINGS))
         if unknown:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
@@ -210,8 +249,18 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise ValueError(f"cannot read config file {path}: {exc}") from exc
     if "keys" in data:
         data["api_keys"] = data.pop("keys")
+    # Groups' own settings: in their [upstreams.MODEL] tables, or [upstream_settings.MODEL].
+    tables = data.pop("upstream_settings", {})
+    if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+        raise ValueError(
+            f"config file {path}: upstream_settings must hold [upstream_settings.MODEL] tables"
+        )
+    what = f"config file {path}: upstream_settings"
+    own = {model: from_config(model, table, what) for model, table in tables.items()}
     if "upstreams" in data:
         data.update(upstreams_from_toml(data.pop("upstreams"), f"config file {path}: upstreams"))
+    if own:
+        data["upstream_settings"] = merged([data.get("upstream_settings"), own])
     # The engine's settings in an [engine] table, or flat at the top level (as before
     # the table), but not both ways at once.
     engine = data.pop("engine", {})
@@ -261,6 +310,10 @@ def _from_env(env: Any) -> dict[str, Any]:
             out[name] = _env_value(name, kinds[0], raw)
     if env.get("SEMGATE_UPSTREAMS"):
         out.update(parse_upstreams([env["SEMGATE_UPSTREAMS"]], "SEMGATE_UPSTREAMS"))
+    if env.get("SEMGATE_UPSTREAM_SETTINGS"):
+        out["upstream_settings"] = parse_group_settings(
+            [env["SEMGATE_UPSTREAM_SETTINGS"]], "SEMGATE_UPSTREAM_SETTINGS"
+        )
     if env.get("SEMGATE_MODEL_ALIASES"):
         out["model_aliases"] = parse_aliases(
             [env["SEMGATE_MODEL_ALIASES"]], "SEMGATE_MODEL_ALIASES"

@@ -1,5 +1,6 @@
-"""Runs a scenario: starts one `semgate serve` per side, sends both the same workload at the
-same offered load in alternating rounds (A B, B A, ...), and writes one comparison report."""
+"""Runs a scenario: starts one `semgate serve` per side (and the engine servers behind it,
+where it forwards), sends both the same workload at the same offered load in alternating
+rounds (A B, B A, ...), and writes one comparison report."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import dataclasses
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
@@ -20,9 +22,13 @@ from loadtest.record import RequestRecord
 from loadtest.report import print_table, write_run_report
 from loadtest.runner import LoadShape, run_load
 from loadtest.scenarios import Scenario, Side
+from loadtest.server_stats import Snapshot, between, snapshot, table
 from loadtest.summary import summarize
 from loadtest.work_item import WorkItem, WorkloadOptions
 from loadtest.workload import build_workload
+
+if TYPE_CHECKING:
+    from gateway.serve_process import ServeProcess
 
 
 @dataclass(frozen=True)
@@ -34,14 +40,24 @@ class ScenarioRun:
     model: str = "smollm2-135m-instruct"
     seed: int = 0
 
-    def serve_args(self, side: Side, redis_dir: str | None) -> list[str]:
+    def serve_args(self, side: Side, redis_dir: str | None, engines: list[str]) -> list[str]:
+        """The side's server: its engine runs in it, or forwards to `engines` (URLs)."""
         cache = ["--redis-data-dir", redis_dir] if redis_dir else ["--no-cache"]
+        if engines:
+            return [*side.serve_args, *cache, "--upstream", f"{self.model}={','.join(engines)}"]
         return ["--num-threads", str(self.num_threads), *side.serve_args, *cache]
 
+    def engine_args(self) -> list[str]:
+        return ["--no-cache", "--num-threads", str(self.num_threads), *self.scenario.engine_args]
+
     def command(self, side: Side) -> str:
-        """The side's server command line, for the report."""
-        args = self.serve_args(side, "DIR" if side.cache else None)
-        return "semgate serve " + " ".join(args)
+        """The side's server command line (and its engine servers'), for the report."""
+        engines = [f"ENGINE{i + 1}" for i in range(side.engines)]
+        args = self.serve_args(side, "DIR" if side.cache else None, engines)
+        line = "semgate serve " + " ".join(args)
+        if engines:
+            line += f"`; ENGINE1..{side.engines}: `semgate serve " + " ".join(self.engine_args())
+        return line
 
 
 def _warm_up(endpoint: Endpoint) -> None:
@@ -63,6 +79,21 @@ def _describe(run: ScenarioRun, shape: LoadShape, count: int) -> str:
         f"{scenario.about}\n\n`{scenario.workload}` workload, {count} requests a side in "
         f"{run.rounds} alternating rounds, {shape.describe()}."
     )
+
+
+def _servers_text(scenario: Scenario, servers: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The engine servers' table, and the busiest one's share against the goal."""
+    text = "Requests each engine server got, why the gateway chose it, and its own "
+    text += "prefix-cache hit rate (of prompt tokens looked up):\n\n" + table(servers)
+    if scenario.max_server_share is not None:
+        label = scenario.sides[0].label
+        busiest = max((s["share"] or 0.0) for s in servers[label].values())
+        met = "met" if busiest <= scenario.max_server_share else "not met"
+        text += (
+            f"\n\nBusiest {label} server: {busiest:.0%} of its requests (goal: at most "
+            f"{scenario.max_server_share:.0%}; {met})."
+        )
+    return text
 
 
 def _drive(
@@ -114,24 +145,48 @@ def run_scenario(
         settings={side.label: run.command(side) for side in scenario.sides},
     )
     with contextlib.ExitStack() as stack:
-        servers = []
+        servers, engines = [], {}
         for side in scenario.sides:
             redis_dir = stack.enter_context(tempfile.TemporaryDirectory()) if side.cache else None
-            servers.append(ServeProcess(run.serve_args(side, redis_dir)))
+            engines[side.label] = [ServeProcess(run.engine_args()) for _ in range(side.engines)]
+            urls = [engine.url for engine in engines[side.label]]
+            servers.append(ServeProcess(run.serve_args(side, redis_dir, urls)))
         endpoints = {
             side.label: Endpoint(Endpoint.chat_url(server.url), run.model, timeout=run.timeout)
             for side, server in zip(scenario.sides, servers, strict=True)
         }
+        gateways = {side.label: s.url for side, s in zip(scenario.sides, servers, strict=True)}
         with console.status("starting the servers ..."):
+            # The engine servers first: a gateway is ready once one of its servers is.
+            stack.enter_context(serving(*(e for side in engines.values() for e in side)))
             stack.enter_context(serving(*servers))
             for endpoint in endpoints.values():
                 _warm_up(endpoint)
+        before = _snapshots(gateways, engines)
         runs, elapsed = _drive(run, items, shape, endpoints, console)
+        after = _snapshots(gateways, engines)
+        routed = {label: between(before[label], after[label]) for label in after}
     summaries = {label: summarize(records, elapsed[label]) for label, records in runs.items()}
     headline = Headline.of(scenario.headline_name, scenario.headline, summaries, scenario.goal)
     print_table(console, summaries, f"scenario {scenario.name}", scenario.workload)
     console.print(headline.text().replace("**", ""))
     extra = {"scenario": scenario.name, "headline": headline.as_dict(), "rounds": run.rounds}
-    info = dataclasses.replace(started, extra=extra)
     intro = _describe(run, shape, len(items)) + "\n\n" + headline.text()
+    if routed:
+        extra["servers"] = routed
+        servers_text = _servers_text(scenario, routed)
+        console.print(servers_text)
+        intro += "\n\n" + servers_text
+    info = dataclasses.replace(started, extra=extra)
     return write_run_report(out_dir, f"Scenario: {scenario.name}", intro, runs, summaries, info)
+
+
+def _snapshots(
+    gateways: dict[str, str], engines: dict[str, list[ServeProcess]]
+) -> dict[str, Snapshot]:
+    """Each forwarding side's routing and its engine servers' prefix caches, now."""
+    return {
+        label: snapshot(gateways[label], [e.url for e in side])
+        for label, side in engines.items()
+        if side
+    }

@@ -59,14 +59,16 @@ def _context(tokenizer: Tokenizer, passages: Iterator[list[int]], budget: int) -
 
 def rag_items(tokenizer: Tokenizer, count: int, options: WorkloadOptions) -> list[WorkItem]:
     """`count` prompts of rag_tokens[0]..rag_tokens[1] tokens. With rag_contexts = K > 0
-    the prompts share K contexts (long common prefixes) and differ
-    in their questions; with 0 every prompt has its own context."""
+    the prompts share K contexts (long common prefixes, taken in turn or drawn as
+    rag_hot_fraction says) and differ in their questions; with 0 every prompt has its own
+    context."""
     if count == 0:
         return []
     rng = np.random.default_rng(options.seed + 1)
     lo, hi = options.rag_tokens
     passages = _passages(tokenizer)
     num_contexts = options.rag_contexts or count
+    order = _context_order(count, num_contexts, options.rag_hot_fraction, options.seed)
     overhead = len(tokenizer.encode(_INSTRUCTION + "Question: " + max(QUESTIONS, key=len)))
     contexts = [
         _INSTRUCTION + _context(tokenizer, passages, int(rng.integers(lo, hi + 1)) - overhead)
@@ -75,7 +77,7 @@ def rag_items(tokenizer: Tokenizer, count: int, options: WorkloadOptions) -> lis
     items = []
     for i in range(count):
         question = QUESTIONS[int(rng.integers(len(QUESTIONS)))]
-        prompt = contexts[i % num_contexts] + "Question: " + question
+        prompt = contexts[order[i]] + "Question: " + question
         answer = int(rng.integers(ANSWER_TOKENS[0], ANSWER_TOKENS[1] + 1))
         items.append(
             WorkItem(
@@ -87,3 +89,16 @@ def rag_items(tokenizer: Tokenizer, count: int, options: WorkloadOptions) -> lis
             )
         )
     return items
+
+
+def _context_order(count: int, contexts: int, hot: float | None, seed: int) -> list[int]:
+    """Each prompt's context: in turn, or drawn with the first one at `hot` and the
+    others sharing the rest evenly (its own generator: the contexts and questions stay
+    those of the same seed in turn)."""
+    if hot is None:
+        return [i % contexts for i in range(count)]
+    if not 0 <= hot <= 1 or (contexts == 1 and hot < 1):
+        raise ValueError(f"rag_hot_fraction must be in [0, 1] (1 for one context), got {hot}")
+    rest = (1 - hot) / (contexts - 1) if contexts > 1 else 0.0
+    weights = [hot] + [rest] * (contexts - 1)
+    return [int(c) for c in np.random.default_rng(seed + 2).choice(contexts, count, p=weights)]

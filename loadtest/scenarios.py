@@ -2,7 +2,8 @@
 
 The first side is the feature on, the second the baseline; the headline is the baseline's
 value over the feature's (how many times lower the feature makes it), and the goal, where
-there is one, is a least ratio.
+there is one, is a least ratio. A side is one `semgate serve`, or a gateway (cache off)
+in front of engine servers of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ class Side:
     label: str
     serve_args: tuple[str, ...] = ()
     cache: bool = False  # the semantic cache on (with its own fresh Redis), else --no-cache
+    # Engine servers (`semgate serve --no-cache`, the scenario's engine_args) that this
+    # side's server forwards to as one upstream group; 0: it runs the engine itself.
+    engines: int = 0
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,26 @@ class Scenario:
     headline: tuple[str, ...] = ("e2e", "p50_ms")  # path into a run's summary
     headline_name: str = "median end-to-end latency"
     goal: float | None = None
+    engine_args: tuple[str, ...] = ()  # of the sides' engine servers
+    # The most a side's busiest engine server may take of its requests, where that is a goal.
+    max_server_share: float | None = None
+    then: str | None = None  # the scenario the same command runs next
 
+
+# The routing scenarios: two engine servers a side, each with KV room for 3,700 tokens
+# (231 blocks of 16 at 23,040 bytes a token, bfloat16): six contexts of about 1,000
+# tokens (6,000 in all) exceed one server; a server's share of three fits, with room for
+# the requests' own questions and answers.
+ROUTED_ENGINES = 2
+ROUTED_ENGINE_ARGS = ("--kv-cache-memory", str(231 * 16 * 23_040), "--max-model-len", "1536")
+# The gateway remembers as much of each server's prompts as its KV cache holds.
+ROUTED_PREFIX = ("--upstream-policy", "prefix", "--upstream-prefix-capacity", "3700")
+ROUTED_RAG = {
+    "rag_contexts": 6,
+    "rag_tokens": (900, 1100),
+    "rag_hot_fraction": 1 / 6,  # drawn evenly at random: in turn would align with turns
+    "max_output_tokens": 32,
+}
 
 SCENARIOS = {
     s.name: s
@@ -91,6 +114,47 @@ SCENARIOS = {
             options={"rag_contexts": 2, "rag_tokens": (2000, 3000), "max_output_tokens": 32},
             headline=("ttft", "p50_ms"),
             headline_name="median time to first token",
+        ),
+        Scenario(
+            name="routing",
+            about="Rag questions over shared contexts through a gateway in front of two "
+            "engine servers, sized as production is: all the contexts together exceed one "
+            "server's KV cache, each server's share fits. Prefix routing keeps each "
+            "context on the server that prefilled it; round robin sends every context to "
+            "every server, which evicts and prefills them again.",
+            sides=(
+                Side("prefix", ROUTED_PREFIX, engines=ROUTED_ENGINES),
+                Side("round robin", ("--upstream-policy", "round_robin"), engines=ROUTED_ENGINES),
+            ),
+            workload="rag",
+            num_requests=80,
+            rate=0.8,
+            options=ROUTED_RAG,
+            engine_args=ROUTED_ENGINE_ARGS,
+            headline=("ttft", "p50_ms"),
+            headline_name="median time to first token",
+            goal=3.0,
+            then="routing-skewed",
+        ),
+        Scenario(
+            name="routing-skewed",
+            about="The routing scenario's servers with 80% of the questions on one hot "
+            "context: prefix routing sends it to its server until that one's load exceeds "
+            "the other's by the balance threshold, then to the other (which then holds it "
+            "too); least-load routing spreads every request by load alone.",
+            sides=(
+                Side("prefix", ROUTED_PREFIX, engines=ROUTED_ENGINES),
+                Side("least load", ("--upstream-policy", "least_load"), engines=ROUTED_ENGINES),
+            ),
+            workload="rag",
+            num_requests=80,
+            rate=0.8,
+            options={**ROUTED_RAG, "rag_hot_fraction": 0.8},
+            engine_args=ROUTED_ENGINE_ARGS,
+            headline=("ttft", "p99_ms"),
+            headline_name="p99 time to first token",
+            goal=1 / 1.2,  # prefix no worse than least load by more than 20%
+            max_server_share=0.6,
         ),
     )
 }

@@ -22,6 +22,9 @@ class WorkloadOptions:
     max_output_tokens: int = 128  # cap on every answer
     rag_tokens: tuple[int, int] = (1024, 4096)  # range of the rag prompts' lengths
     rag_contexts: int = 0  # distinct rag contexts shared by the questions; 0: one each
+    # None: the shared contexts in turn; a share: each question's context drawn at random,
+    # the first (the hot one) with this probability, the others evenly (1/K: all evenly).
+    rag_hot_fraction: float | None = None
     long_fraction: float = 0.2  # mixed: share of rag prompts
     tokenizer: str = "smollm2-135m-instruct"
     seed: int = 0

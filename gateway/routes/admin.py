@@ -1,5 +1,6 @@
 """The admin API under /admin (admin key required): the similarity threshold, cache
-stats, entries (list, seed, delete, flush), dry-run lookups and the engine's stats."""
+stats, entries (list, seed, delete, flush), dry-run lookups, the engine's stats and the
+upstream servers' routing state."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from gateway.errors import APIError, error_response
 from gateway.openapi_docs import error_responses
 from gateway.request_fields import NonBlank, Similarity, Temperature, Ttl
 from gateway.routes.admin_engine import engine_stats
+from gateway.routes.admin_upstreams import upstreams
 from gateway.runtime import Runtime
 from gateway.schemas import ErrorResponse, TextMessage
 from gateway.strict_json import StrictJSON
@@ -318,5 +320,6 @@ admin_router = Router(
         flush,
         lookup,
         engine_stats,
+        upstreams,
     ],
 )

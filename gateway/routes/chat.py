@@ -29,6 +29,7 @@ from gateway.schemas import (
 from gateway.streamed_answer import CLIENT_CLOSED_REQUEST, ended, timings_of, usage_of
 from gateway.strict_json import StrictJSON
 from gateway.upstream import Delta
+from gateway.upstream.routing import SESSION_HEADER
 
 
 async def _collect(answer: Answer) -> tuple[ChatCompletion, server_timing.Timings]:
@@ -109,6 +110,12 @@ async def chat_completions(
         description="no-cache (skip the lookup, still store), no-store (neither), max-age=N "
         "(serve only a cached answer at most N seconds old)",
     ),
+    session: str | None = Parameter(
+        header=SESSION_HEADER.lower(),
+        default=None,
+        description="keeps the conversation on one upstream server while it is healthy "
+        "(without it, the body's `user` does)",
+    ),
 ) -> Response[ChatCompletion] | ServerSentEvent | Response[bytes] | Stream:
     runtime.check_ready()  # never waits for Redis: uncached while it is down (fail open)
     tenant: str = request.state.tenant  # set by api_key_guard (the /v1 router's)
@@ -124,10 +131,14 @@ async def chat_completions(
             # upstreams get if the cache cannot key it.
             body = msgspec.json.decode(await request.body())
             if (reason := bypass_reason(data, body)) is not None:
-                answered = runtime.passthrough.answer(data, body, reason, tenant, rid)
+                answered = runtime.passthrough.answer(
+                    data, body, reason, tenant, rid, session=session
+                )
                 return await watch.run(answered)
-        answer = await watch.run(chat.answer(data, tenant, directives, rid))
+        answer = await watch.run(chat.answer(data, tenant, directives, rid, session))
         headers = {"X-Cache-Status": answer.cache_status.capitalize(), **answer.headers}
+        if runtime.settings.upstream_header and answer.upstream is not None:
+            headers["X-Upstream"] = answer.upstream
         if data.stream:
             # What is known before the answer: the lookup, the engine's queue and prefill.
             if answer.timings:

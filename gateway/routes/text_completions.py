@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 from litestar import Request, Response, post
+from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 
 from gateway import server_timing
@@ -20,6 +21,7 @@ from gateway.streamed_answer import CLIENT_CLOSED_REQUEST, ended, timings_of, us
 from gateway.strict_json import StrictJSON
 from gateway.text_completions import BYPASS_REASON, PATH, echo_text, to_text_job
 from gateway.upstream import Delta
+from gateway.upstream.routing import SESSION_HEADER
 
 
 async def _collect(answer: Answer, echo: str) -> tuple[TextCompletion, server_timing.Timings]:
@@ -79,7 +81,15 @@ async def _events(answer: Answer, include_usage: bool, echo: str) -> AsyncIterat
     operation_class=AnswerOperation,
 )
 async def text_completions(
-    data: CompletionRequest, request: Request, chat: ChatService, runtime: Runtime
+    data: CompletionRequest,
+    request: Request,
+    chat: ChatService,
+    runtime: Runtime,
+    session: str | None = Parameter(
+        header=SESSION_HEADER.lower(),
+        default=None,
+        description="keeps the session on one upstream server while it is healthy",
+    ),
 ) -> Response[TextCompletion] | ServerSentEvent | Response[bytes] | Stream:
     runtime.check_ready()
     tenant: str = request.state.tenant  # set by api_key_guard (the /v1 router's)
@@ -89,7 +99,9 @@ async def text_completions(
         if runtime.passthrough is not None and runtime.passthrough.serves(data.model):
             body = msgspec.json.decode(await request.body())
             rid = request_id(request.scope)
-            answered = runtime.passthrough.answer(data, body, BYPASS_REASON, tenant, rid, PATH)
+            answered = runtime.passthrough.answer(
+                data, body, BYPASS_REASON, tenant, rid, PATH, session
+            )
             return await watch.run(answered)
         job = to_text_job(data, runtime.upstream.models(), tenant)
         echo = echo_text(job, runtime.upstream) if data.echo else ""

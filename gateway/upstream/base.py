@@ -3,9 +3,11 @@ remote OpenAI-compatible servers. Both speak in `ChatJob`s in and `Delta`s out."
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
 
 from engine.sampling_params import SamplingParams
 from engine.step_window import StepWindowStats
@@ -36,6 +38,9 @@ class ChatJob:
     # The request's X-Request-Id (the client's own when it sent one): remote servers are
     # sent it, so that their logs name the request as the client's and the gateway's do.
     trace_id: str | None = None
+    # Keeps the request on the server of its session's earlier ones (X-Session-Id, else
+    # the `user` field; gateway/upstream/routing.py).
+    session: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,9 @@ class Delta:
     # (gateway/server_timing.py): on the first delta what is known by then (the engine's
     # queue and prefill), complete on the last one; None on the others.
     timings: dict[str, float] | None = None
+    # The remote server answering (its base URL), on the first delta; None elsewhere
+    # and for the in-process engine.
+    upstream: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,15 @@ class UpstreamHealth:
     running: int | None = None
     waiting: int | None = None
     detail: str | None = None  # why it is not used, while it is down
+    # How the gateway routes to it (gateway/upstream/routing.py): its requests in flight
+    # from this gateway, its weight, the requests sent to it by reason since the start,
+    # and the prompt-start blocks remembered for it.
+    in_flight: int = 0
+    weight: float = 1.0
+    requests: Mapping[str, int] = field(default_factory=dict)
+    prefix_blocks: int = 0
+    models: tuple[str, ...] = ()  # what it serves (its group's model, or those it lists)
+    policy: str | None = None  # its group's routing policy; None for the in-process engine
 
 
 class UpstreamError(APIError):
@@ -99,6 +116,9 @@ class Upstream(Protocol):
     # remote request, no other server's work): then misses are started while the cache
     # is asked, and a hit aborts them.
     cheap_abort: bool
+    # Whether remote servers answer its requests: then it is a `Forwarder`, which takes
+    # pass-throughs as they came; else the gateway runs its model itself.
+    forwards: bool
     # What answers misses, as the start-up log names it ("the model", "the upstreams"),
     # and what chat waits for until ready() ("the model", "an upstream").
     description: str
@@ -123,6 +143,14 @@ class Upstream(Protocol):
     def models(self) -> list[str]:
         """Model ids it serves; the first is the default."""
 
+    @property
+    def unlisted(self) -> bool:
+        """Whether it may serve models it has not listed yet (servers whose models are
+        discovered, before they first answered): an unknown model may be its."""
+
+    def servers_of(self, model: str) -> list[str]:
+        """The base URLs of the remote servers that serve `model` (none in-process)."""
+
     def gauges(self) -> EngineGauges | None: ...
 
     def health(self) -> list[UpstreamHealth]:
@@ -136,3 +164,19 @@ class Upstream(Protocol):
         """The answer as deltas. Raises UpstreamError before the first delta for requests
         it refuses (context length, queue full, no healthy server); closing the iterator
         early aborts the request upstream."""
+
+
+class Forwarder(Upstream, Protocol):
+    """An upstream that `forwards`: request bodies go to its servers as they came."""
+
+    async def post(
+        self,
+        model: str,
+        body: Mapping[str, Any],
+        request_id: str,
+        path: str = "/v1/chat/completions",
+        session: str | None = None,
+    ) -> tuple[str, httpx.Response]:
+        """The response (head read, body not: the caller reads and closes it) of a
+        server of `model` to `body` POSTed to `path`, and that server's base URL."""
+        ...

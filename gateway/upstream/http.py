@@ -1,5 +1,6 @@
 """Cache misses forwarded over HTTP to a pool of OpenAI-compatible servers (our own
-`semgate serve --no-cache` engine servers, vLLM, ...), with health checks and retries."""
+`semgate serve --no-cache` engine servers, vLLM, ...), with health checks and retries;
+which server answers is routing's choice (gateway/upstream/routing.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ from engine.tokenizer import Tokenizer
 from gateway import server_timing
 from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
 from gateway.upstream.remote_load import UNKNOWN_LOAD, RemoteLoad, parse_load
+from gateway.upstream.routing import Backend, Balancer, RouteKey, RoutingConfig, render
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ def base_url(url: str) -> str:
 @dataclass
 class _Server:
     base: str
+    backend: Backend  # the server as routing sees it
     healthy: bool = False
     models: list[str] = field(default_factory=list)
     error: str = "not probed yet"
@@ -62,11 +65,13 @@ class _Server:
 
 
 class HttpUpstream:
-    """A round-robin pool of remote OpenAI-compatible servers: a group serving `model`
-    (each request goes to any of them), or, without one, servers whose models are
-    discovered (each request goes to those that list its model)."""
+    """A pool of remote OpenAI-compatible servers: a group serving `model` (each request
+    goes to one of them, as `routing` chooses), or, without one, servers whose models are
+    discovered (each request goes to one of those that list its model). `weights`, one
+    per URL, size each server's share (default: equal)."""
 
     cheap_abort = False  # each request aborted on a hit would cost a server a request
+    forwards = True
     description = "the upstreams"
     awaited = "an upstream"  # any one healthy server will do
 
@@ -77,17 +82,25 @@ class HttpUpstream:
         health_interval: float = 5.0,
         api_key: str | None = None,
         model: str | None = None,
+        routing: RoutingConfig | None = None,
+        weights: list[float] | None = None,
     ) -> None:
         if not base_urls:
             raise ValueError("HttpUpstream needs at least one base URL")
+        weights = weights or [1.0] * len(base_urls)
+        if len(weights) != len(base_urls) or not all(w > 0 for w in weights):
+            raise ValueError("HttpUpstream needs one positive weight per base URL")
         self.model = model
-        self._servers = [_Server(base_url(url)) for url in base_urls]
+        self._servers = [
+            _Server(base_url(url), Backend(base_url(url), weight))
+            for url, weight in zip(base_urls, weights, strict=True)
+        ]
+        self.routing = Balancer(routing or RoutingConfig())
         self._timeout = timeout
         self._health_interval = health_interval
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client: httpx.AsyncClient | None = None
         self._health_task: asyncio.Task[None] | None = None
-        self._next = 0  # round-robin counter
 
     async def start(self) -> None:
         """Probes every server once and starts the periodic health checks. Never fails
@@ -146,9 +159,20 @@ class HttpUpstream:
         return None  # remote engines report their own /metrics
 
     def health(self) -> list[UpstreamHealth]:
+        policy = self.routing.config.policy
         return [
             UpstreamHealth(
-                s.base, s.healthy, s.load.running, s.load.waiting, None if s.healthy else s.error
+                s.base,
+                s.healthy,
+                s.load.running,
+                s.load.waiting,
+                None if s.healthy else s.error,
+                in_flight=s.backend.in_flight,
+                weight=s.backend.weight,
+                requests=dict(s.backend.chosen),
+                prefix_blocks=self.routing.prefixes.size(s.base),
+                models=(self.model,) if self.model is not None else tuple(s.models),
+                policy=policy,
             )
             for s in self._servers
         ]
@@ -160,11 +184,12 @@ class HttpUpstream:
         """Runs `job` on a healthy server; before the first delta, a server that fails
         is marked down and the next one is tried (each at most once)."""
         body = _request_body(job)
+        key = self.routing.key(job.model, render(job.messages), job.cache_salt, job.session)
         tried: set[str] = set()
         failures: list[str] = []
         request_id = job.trace_id or job.request_id
         while True:
-            server, resp = await self._open(job.model, body, request_id, tried, failures)
+            server, resp = await self._open(job.model, body, request_id, tried, failures, key)
             yielded = False
             try:
                 if resp.status_code >= 500:  # this request broke it: not for the others
@@ -175,8 +200,8 @@ class HttpUpstream:
                     await resp.aread()
                     raise http_error(resp)
                 async for delta in _parse_sse(resp, _head_timings(resp)):
+                    yield delta if yielded else replace(delta, upstream=server.base)
                     yielded = True
-                    yield delta
                 return
             except _RETRYABLE as exc:
                 reason = f"{type(exc).__name__}: {exc}"
@@ -187,6 +212,7 @@ class HttpUpstream:
             except httpx.HTTPError as exc:
                 raise upstream_failure(exc) from exc
             finally:
+                server.backend.in_flight -= 1
                 await resp.aclose()
 
     async def post(
@@ -195,12 +221,19 @@ class HttpUpstream:
         body: Mapping[str, Any],
         request_id: str,
         path: str = "/v1/chat/completions",
-    ) -> httpx.Response:
+        session: str | None = None,
+    ) -> tuple[str, httpx.Response]:
         """`body` as it is, POSTed to `path` on a healthy server that serves `model`, as stream()
         sends its jobs (servers that cannot be reached, or answer 502, 503 or 504, are
-        marked down and the next is tried), with `request_id` as its X-Request-Id. Returns
-        the response with its head read and its body not: the caller reads and closes it."""
-        return (await self._open(model, body, request_id, set(), [], path))[1]
+        marked down and the next is tried; routed by the body's prompt, its `user` or
+        `session`), with `request_id` as its X-Request-Id. Returns the server's base URL
+        and the response with its head read and its body not: the caller reads and closes
+        it."""
+        salt, user = _str_or_none(body.get("cache_salt")), _str_or_none(body.get("user"))
+        key = self.routing.key(model, _body_prompt(body), salt, session or user)
+        server, resp = await self._open(model, body, request_id, set(), [], key, path)
+        resp.stream = _Released(resp.stream, server.backend)  # in flight until closed
+        return server.base, resp
 
     async def _open(
         self,
@@ -209,30 +242,39 @@ class HttpUpstream:
         request_id: str,
         tried: set[str],
         failures: list[str],
+        key: RouteKey,
         path: str = "/v1/chat/completions",
     ) -> tuple[_Server, httpx.Response]:
         """The first response (head only) from a healthy untried server that can serve
-        now; when none is left, 502 if one dropped the request, else 503."""
+        now; when none is left, 502 if one dropped the request, else 503. The server
+        returned counts the request in flight until the caller says it is done."""
         if self._client is None:
             raise RuntimeError("HttpUpstream used before start()")
         headers = {"X-Request-Id": request_id}  # the request's own, for the server's logs
         dropped = False
-        while (server := self._pick(model, tried)) is not None:
+        while (server := self._pick(model, tried, key)) is not None:
             tried.add(server.base)
             request = self._client.build_request(
                 "POST", server.base + path, json=body, headers=headers
             )
+            # Counted from the choice on: the next request's choice sees it.
+            server.backend.in_flight += 1
             try:
                 resp = await self._client.send(request, stream=True)
             except _RETRYABLE as exc:
+                server.backend.in_flight -= 1
                 reason = f"{type(exc).__name__}: {exc}"
                 self._mark_down(server, reason)
                 failures.append(f"{server.base}: {reason}")
                 dropped = dropped or isinstance(exc, _DROPPED)
                 continue
-            except httpx.HTTPError as exc:  # a timeout, or a failure not worth a retry
-                raise upstream_failure(exc) from exc
+            except BaseException as exc:  # a timeout, a failure not worth a retry, a cancel
+                server.backend.in_flight -= 1
+                if isinstance(exc, httpx.HTTPError):
+                    raise upstream_failure(exc) from exc
+                raise
             if resp.status_code in _DOWN_STATUSES:  # this server cannot serve now
+                server.backend.in_flight -= 1
                 await resp.aclose()
                 failures.append(f"{server.base}: HTTP {resp.status_code}")
                 self._mark_down(server, f"HTTP {resp.status_code}")
@@ -250,22 +292,23 @@ class HttpUpstream:
             retry_after=max(1, math.ceil(self._health_interval)),
         )
 
-    def _pick(self, model: str, tried: set[str]) -> _Server | None:
-        """Round-robin over the healthy, untried servers that serve `model` (a model
+    def _pick(self, model: str, tried: set[str], key: RouteKey) -> _Server | None:
+        """Routing's choice among the healthy, untried servers that serve `model` (a model
         nobody serves was refused with a 404 before it got here: gateway/upstream/router.py)."""
-        candidates = [
-            s
+        candidates = {
+            s.base: s
             for s in self._servers
             if s.healthy and s.base not in tried and (self.model == model or model in s.models)
-        ]
+        }
         if not candidates:
             return None
-        self._next += 1
-        return candidates[self._next % len(candidates)]
+        backends = [s.backend for s in candidates.values()]
+        return candidates[self.routing.choose(backends, key, retry=bool(tried)).name]
 
     def _mark_down(self, server: _Server, reason: str) -> None:
         if server.healthy:
             logger.warning("upstream %s is down: %s", server.base, reason)
+            self.routing.forget(server.base)
         server.healthy, server.error = False, reason
 
     def _describe(self) -> str:
@@ -289,6 +332,7 @@ class HttpUpstream:
             logger.info("upstream %s is healthy, serving %s", server.base, ", ".join(models))
         server.healthy, server.models, server.error = True, models, ""
         server.load = await self._probe_load(server, probe_timeout)
+        server.backend.observe(server.load.running, server.load.waiting)
 
     async def _probe_load(self, server: _Server, timeout: float) -> RemoteLoad:
         """Its engine's running and waiting requests, if its /metrics says. A server
@@ -356,6 +400,42 @@ class ForwardedJob(ChatJob):
     id, vLLM's sampling fields at neutral values): sent as they came."""
 
     fields: Mapping[str, object] = field(default_factory=dict, compare=False)
+
+
+class _Released(httpx.AsyncByteStream):
+    """A pass-through's response body: its server counts it in flight until it closes."""
+
+    def __init__(self, stream: httpx.SyncByteStream | httpx.AsyncByteStream, backend: Backend):
+        assert isinstance(stream, httpx.AsyncByteStream)
+        self._stream = stream
+        self._backend: Backend | None = backend
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            if self._backend is not None:  # closed at most once
+                self._backend.in_flight -= 1
+                self._backend = None
+
+
+def _body_prompt(body: Mapping[str, Any]) -> str | None:
+    """What a forwarded body's prompt starts with: its chat messages, or its text
+    completion's prompt (none for embeddings)."""
+    if isinstance(messages := body.get("messages"), list):
+        return render(m for m in messages if isinstance(m, dict))
+    prompt = body.get("prompt")
+    if prompt is None:
+        return None
+    return prompt if isinstance(prompt, str) else json.dumps(prompt)
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def upstream_failure(exc: httpx.HTTPError) -> UpstreamError:

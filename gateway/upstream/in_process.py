@@ -19,6 +19,8 @@ class InProcessEngine:
     that a request gets 429 with Retry-After at once instead of waiting without bound."""
 
     cheap_abort = True  # aborted on a hit, a request costs the engine the lookup's time
+    forwards = False
+    unlisted = False  # its one model is known from the start
     description = "the model"
     awaited = "the model"
 
@@ -57,6 +59,9 @@ class InProcessEngine:
     def models(self) -> list[str]:
         return [self.model_id]
 
+    def servers_of(self, model: str) -> list[str]:
+        return []
+
     def tokenizer(self, model: str) -> Tokenizer | None:
         if model != self.model_id:
             return None
@@ -93,7 +98,7 @@ class InProcessEngine:
         )
 
     def health(self) -> list[UpstreamHealth]:
-        return [UpstreamHealth("in-process", self.ready())]
+        return [UpstreamHealth("in-process", self.ready(), models=(self.model_id,))]
 
     def _too_long(self, job: ChatJob, prompt_tokens: int, at_least: bool = False) -> UpstreamError:
         limit = self.max_model_len

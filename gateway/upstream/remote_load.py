@@ -1,5 +1,5 @@
 """A remote engine's running and waiting requests, read from its Prometheus /metrics:
-semgate's names or vLLM's (summed over their `model_name` labels)."""
+semgate's names, vLLM's or SGLang's (summed over their labels)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ _NAMES = {
     "vllm:num_requests_running": "running",
     "semgate_num_requests_waiting": "waiting",
     "vllm:num_requests_waiting": "waiting",
+    "sglang:num_running_reqs": "running",
+    "sglang:num_queue_reqs": "waiting",
 }
 
 

@@ -10,12 +10,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import replace
+from typing import cast
 from urllib.parse import urlsplit
 
 from engine.tokenizer import Tokenizer
 from gateway.errors import APIError
-from gateway.upstream.base import ChatJob, Delta, EngineGauges, Upstream, UpstreamHealth
-from gateway.upstream.http import HttpUpstream
+from gateway.upstream.base import (
+    ChatJob,
+    Delta,
+    EngineGauges,
+    Forwarder,
+    Upstream,
+    UpstreamHealth,
+)
 
 LOCAL_OWNER = "semgate"  # /v1/models' owned_by for the models this process runs
 
@@ -30,13 +37,17 @@ class ModelRouter:
         self.cheap_abort = all(t.cheap_abort for t in targets)
         self.description = " and ".join(dict.fromkeys(t.description for t in targets))
         # The in-process engine (if one runs) must have loaded: ready() says why.
-        self._local = [t for t in targets if not isinstance(t, HttpUpstream)]
+        self._local = [t for t in targets if not t.forwards]
         self.awaited = " or ".join(dict.fromkeys(t.awaited for t in self._local or targets))
 
     @property
     def forwards(self) -> bool:
         """Whether any model is served by remote servers (which take pass-throughs)."""
-        return any(isinstance(t, HttpUpstream) for t in self.targets)
+        return any(t.forwards for t in self.targets)
+
+    @property
+    def unlisted(self) -> bool:
+        return any(t.unlisted for t in self.targets)
 
     def _serving(self, name: str) -> Upstream | None:
         return next((t for t in self.targets if name in t.models()), None)
@@ -48,7 +59,7 @@ class ModelRouter:
         name = self.aliases.get(model, model)
         if (target := self._serving(name)) is not None:
             return target, name
-        if any(isinstance(t, HttpUpstream) and t.unlisted for t in self.targets):
+        if self.unlisted:
             raise APIError(
                 503,
                 f"The model {model!r} is not listed yet: upstreams are still starting; "
@@ -68,11 +79,11 @@ class ModelRouter:
         """The name `model` is served under (as target())."""
         return self.target(model, param)[1]
 
-    def remote(self, model: str) -> tuple[HttpUpstream, str] | None:
+    def remote(self, model: str) -> tuple[Forwarder, str] | None:
         """The servers of `model` and its served name if remote ones serve it; None for
         the in-process engine's."""
         target, name = self.target(model)
-        return (target, name) if isinstance(target, HttpUpstream) else None
+        return (cast(Forwarder, target), name) if target.forwards else None
 
     def cheap_abort_of(self, model: str) -> bool:
         return self.target(model)[0].cheap_abort
@@ -81,9 +92,13 @@ class ModelRouter:
         """/v1/models' owned_by: the remote servers' host:port, or semgate for the
         in-process engine (an alias: its target's)."""
         target, name = self.target(model)
-        if not isinstance(target, HttpUpstream):
+        if not target.forwards:
             return LOCAL_OWNER
         return ",".join(dict.fromkeys(urlsplit(url).netloc for url in target.servers_of(name)))
+
+    def servers_of(self, model: str) -> list[str]:
+        target, name = self.target(model)
+        return target.servers_of(name)
 
     async def start(self) -> None:
         """Starts them all; raises the first failure once each has started or failed (the

@@ -31,6 +31,24 @@ def engine_process() -> Iterator[Server]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def speculating_process() -> Iterator[Server]:
+    """A second engine server, one that speculates (n-gram lookup): lossless, so it gives
+    the session engine's greedy answers. Started, not waited for."""
+    server = Server([*ENGINE_ARGS, "--spec-method", "ngram", "--num-spec-tokens", "4"]).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def engine_pair(engine_process: Server, speculating_process: Server) -> list[Server]:
+    """Two engine servers, up at the start of each module that uses them (a test may
+    kill one: the last of its module, or one that starts it again)."""
+    return [up(engine_process), up(speculating_process)]
+
+
 def up(server: Server) -> Server:
     """`server` ready, started again first if a test killed it."""
     if server.proc is None or server.proc.poll() is not None:

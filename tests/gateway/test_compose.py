@@ -42,20 +42,25 @@ def test_docker_compose_config_is_valid(files: list[Path]) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_compose_wires_the_three_roles() -> None:
+def test_compose_wires_the_three_roles_and_a_scale_out_profile() -> None:
     yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
     services = yaml.safe_load(COMPOSE.read_text())["services"]
-    assert set(services) == {"redis", "engine", "gateway"}
+    assert set(services) == {"redis", "engine", "engine-2", "gateway"}
     for name, service in services.items():
         assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
 
     assert "redis-stack" in services["redis"]["image"]
     assert "--no-cache" in services["engine"]["command"]
+    # The scale-out profile's second engine: the same server, only with the profile.
+    assert services["engine-2"]["command"] == services["engine"]["command"]
+    assert services["engine-2"]["profiles"] == ["scale-out"]
+    assert "profiles" not in services["engine"]
 
     gateway = services["gateway"]
     assert gateway["depends_on"] == {
         "redis": {"condition": "service_healthy"},
         "engine": {"condition": "service_healthy"},
+        "engine-2": {"condition": "service_healthy", "required": False},
     }
     assert gateway["environment"]["REDIS_URL"].startswith("redis://redis:")
     command = gateway["command"]

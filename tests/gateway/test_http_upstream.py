@@ -8,31 +8,32 @@ import logging
 import re
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
 
 from gateway.upstream.base import ChatJob, Delta, UpstreamError
 from gateway.upstream.http import HttpUpstream
+from gateway.upstream.routing import RoutingConfig
 from tests.engine.prompts import CAPITAL_QUESTION
-from tests.gateway.conftest import ENGINE_ARGS, MAX_MODEL_LEN, up
-from tests.gateway.servers import MODEL, Server, free_port, metric, serving
+from tests.gateway.conftest import MAX_MODEL_LEN
+from tests.gateway.servers import MODEL, Server, free_port, metric
 
 pytestmark = pytest.mark.slow  # starts a server of its own
+ROUND_ROBIN = RoutingConfig(policy="round_robin")  # the same prompt to each in turn
 
 
 @pytest.fixture(scope="module")
-def servers(engine_process: Server) -> Iterator[list[Server]]:
+def servers(engine_pair: list[Server]) -> list[Server]:
     """The session's engine server and one that speculates (n-gram lookup): lossless,
-    so both must give the same greedy answers. The second loads while the first does."""
-    spec = ["--spec-method", "ngram", "--num-spec-tokens", "4"]
-    with serving(Server(ENGINE_ARGS + spec)) as [speculating]:
-        yield [up(engine_process), speculating]
+    so both must give the same greedy answers."""
+    return engine_pair
 
 
 @contextlib.asynccontextmanager
-async def pool(urls: list[str], **kwargs: float) -> AsyncIterator[HttpUpstream]:
+async def pool(urls: list[str], **kwargs: Any) -> AsyncIterator[HttpUpstream]:
     upstream = HttpUpstream(urls, **kwargs)
     await upstream.start()
     try:
@@ -96,7 +97,7 @@ def test_greedy_answers_match_and_round_robin_uses_both(servers, caplog):
         async with pool([servers[0].url]) as one, pool([servers[1].url]) as two:
             first = answer(await collect(one, job(one)))
             second = answer(await collect(two, job(two)))
-        async with pool([s.url for s in servers]) as both:
+        async with pool([s.url for s in servers], routing=ROUND_ROBIN) as both:
             caplog.clear()
             answers = [answer(await collect(both, job(both))) for _ in range(4)]
         return first, second, answers
@@ -257,7 +258,7 @@ def test_killed_server_fails_over_and_comes_back_after_restart(servers, caplog):
 
     async def fail_over() -> None:
         # A long health interval: the dead server is found by a request, which is retried.
-        async with pool(urls, health_interval=60.0) as upstream:
+        async with pool(urls, health_interval=60.0, routing=ROUND_ROBIN) as upstream:
             assert all(s.healthy for s in upstream._servers)
             victim.stop(signal.SIGKILL)
             caplog.clear()
@@ -267,7 +268,7 @@ def test_killed_server_fails_over_and_comes_back_after_restart(servers, caplog):
             assert answered_by(caplog) == [survivor.port] * 2
 
     async def come_back() -> None:
-        async with pool(urls, health_interval=0.5) as upstream:
+        async with pool(urls, health_interval=0.5, routing=ROUND_ROBIN) as upstream:
             assert [s.healthy for s in upstream._servers] == [False, True]
             victim.start()
             await asyncio.to_thread(victim.wait_ready, 120)

@@ -287,7 +287,8 @@ def test_langchain_tools_and_structured_output(front: Server, fake: FakeUpstream
 
 def test_a_server_that_went_down_is_skipped(fake: FakeUpstream):
     """Pass-through picks servers as cache misses do: one that refuses connections is
-    marked down and the request goes to the next."""
+    marked down and the request goes to the next, which has it in flight until its
+    response is closed."""
 
     async def main() -> list[bool]:
         with FakeUpstream() as doomed:
@@ -296,9 +297,12 @@ def test_a_server_that_went_down_is_skipped(fake: FakeUpstream):
         try:  # `doomed` is gone: the first request that picks it moves on
             for _ in range(2):
                 body = {"model": MODEL, "messages": question(), "n": 2}
-                resp = await upstream.post(MODEL, body, "t")
+                server, resp = await upstream.post(MODEL, body, "t")
+                assert server == fake.url
+                assert [h.in_flight for h in upstream.health()] == [0, 1]
                 assert len(json.loads(await resp.aread())["choices"]) == 2
                 await resp.aclose()
+                assert [h.in_flight for h in upstream.health()] == [0, 0]
             return [s.up for s in upstream.health()]
         finally:
             await upstream.close()

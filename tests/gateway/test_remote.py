@@ -28,7 +28,8 @@ def engine(engine_server: Server) -> Server:
 @pytest.fixture(scope="module")
 def front(engine: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     redis_dir = tmp_path_factory.mktemp("front-redis")
-    args = ["--upstream", engine.url, "--redis-data-dir", str(redis_dir), "--admin-key", ADMIN]
+    args = ["--upstream", engine.url, "--redis-data-dir", str(redis_dir), "--admin-key", ADMIN,
+            "--upstream-header"]  # fmt: skip
     with serving(Server(args)) as [server]:
         yield server
 
@@ -120,6 +121,41 @@ def test_the_engine_servers_prefix_cache_hit_comes_through(front: Server):
     assert first["prompt_tokens_details"] == {"cached_tokens": 0}
     cached = second["prompt_tokens_details"]["cached_tokens"]
     assert cached == (second["prompt_tokens"] - 1) // 16 * 16 > 0  # short of the last token
+
+
+def test_x_upstream_names_the_server_that_answered_a_miss(front: Server, engine: Server):
+    body = chat_body(f"{uuid.uuid4()} Name a planet.")  # an answer that ends: stored
+    url = front.url + "/v1/chat/completions"
+    miss = httpx.post(url, json=body, timeout=60)
+    settle(front.url)
+    hit = httpx.post(url, json=body, timeout=60)
+    assert (miss.headers["x-cache-status"], miss.headers["x-upstream"]) == ("Miss", engine.url)
+    assert hit.headers["x-cache-status"] == "Hit" and "x-upstream" not in hit.headers
+    with httpx.stream("POST", url, json={**body, "stream": True},
+                      headers={"Cache-Control": "no-store"}, timeout=60) as streamed:  # fmt: skip
+        assert streamed.headers["x-upstream"] == engine.url
+
+
+def test_a_sessions_requests_and_the_routing_are_shown(front: Server, engine: Server):
+    """X-Session-Id keeps a session on its server (one here: counted as `session` from
+    its second request on); /admin/upstreams and /metrics show the choices."""
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    before = metric(front, 'semgate_upstream_requests_total{reason="session"}', missing=0)
+    headers = {"Cache-Control": "no-store", "X-Session-Id": f"conv-{uuid.uuid4()}"}
+    for question in ("Name a colour.", "Name a fruit."):
+        body = chat_body(question + " Think of the sea, the sky and the fields." * 4, max_tokens=4)
+        url = front.url + "/v1/chat/completions"
+        assert httpx.post(url, json=body, headers=headers, timeout=60).status_code == 200
+    assert metric(front, 'semgate_upstream_requests_total{reason="session"}') == before + 1
+    [shown] = httpx.get(front.url + "/admin/upstreams", headers=admin).json()
+    assert shown["upstream"] == engine.url and shown["models"] == [MODEL]
+    assert (shown["up"], shown["policy"], shown["weight"]) == (True, "prefix", 1.0)
+    assert shown["in_flight"] == 0 == metric(front, "semgate_upstream_in_flight")
+    assert shown["requests"]["session"] == before + 1
+    total = metric(front, f'semgate_upstream_requests_total{{upstream="{engine.url}"}}')
+    assert sum(shown["requests"].values()) == total >= 2
+    assert shown["prefix_blocks"] > 0  # the questions' start fills a block and more
+    assert httpx.get(front.url + "/admin/upstreams").status_code == 401
 
 
 def test_upstream_refusals_keep_their_status(front: Server):

@@ -1,4 +1,4 @@
-"""An upstream's load, read from its /metrics text: semgate's names and vLLM's."""
+"""An upstream's load, read from its /metrics text: semgate's names, vLLM's and SGLang's."""
 
 from __future__ import annotations
 
@@ -30,6 +30,18 @@ def test_vllm_gauges_are_summed_over_engines():
 
 def test_semgate_gauges():
     assert parse_load(SEMGATE) == RemoteLoad(running=1, waiting=0)
+
+
+SGLANG = """\
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="m",engine_type="unified"} 4.0
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="m",engine_type="unified"} 2.0
+"""
+
+
+def test_sglang_gauges():
+    assert parse_load(SGLANG) == RemoteLoad(running=4, waiting=2)
 
 
 def test_a_server_exporting_neither_has_unknown_load():
