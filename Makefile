@@ -27,6 +27,7 @@ bench: $(BOOT)
 	$(VENV)/bin/semgate bench quant
 	$(VENV)/bin/semgate bench cache
 	$(VENV)/bin/semgate bench gateway
+	$(VENV)/bin/semgate bench faults
 
 lint: $(BOOT)
 	$(VENV)/bin/ruff check .

@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import redis.exceptions
 
+from cache.circuit_breaker import CircuitBreaker
 from cache.embedder import Embedder
 from cache.guard import Guard
 from cache.language import language
@@ -56,6 +57,9 @@ log = logging.getLogger(__name__)
 # Questions longer than this are keyed and measured in a worker thread, so that one huge
 # prompt does not hold up every other request on the event loop.
 INLINE_KEY_CHARS = 20_000
+# Conversations longer than this have their scope (a hash of every earlier turn: 260 ms
+# for 100,000 messages) fingerprinted in a worker thread too.
+INLINE_MESSAGES = 100
 
 Status = Literal["hit", "miss", "bypass", "error"]
 T = TypeVar("T")
@@ -116,11 +120,14 @@ class SemanticCache:
         shared_flights: SharedFlights | None = None,
         redis: RedisSupervisor | None = None,
         multilingual: MultilingualEmbedder | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         """Without a `multilingual` embedder (or a store with its vector field), questions
         in other languages than English get the exact tier only."""
         self.store = store
         self.redis = redis  # its state: while Redis is down, the cache is not asked
+        # Skips a Redis that hangs (the supervisor sees only one that exits or refuses).
+        self.breaker = breaker or CircuitBreaker()
         self.embedder = embedder
         self.thresholds = thresholds or Thresholds()
         self.policy = policy or CachePolicy()
@@ -164,10 +171,17 @@ class SemanticCache:
 
     @property
     def down_reason(self) -> str | None:
-        """Why Redis cannot be used now (the supervisor says it is down), else None."""
-        if self.redis is None or self.redis.up:
-            return None
-        return self.redis.down_reason or "Redis is down"
+        """Why Redis cannot be used now (the supervisor says it is down, or the breaker
+        is open), else None."""
+        if self.redis is not None and not self.redis.up:
+            return self.redis.down_reason or "Redis is down"
+        return self.breaker.reason
+
+    def _skip_reason(self) -> str | None:
+        """Why this lookup must not ask Redis (down_reason, less the breaker's probe)."""
+        if self.redis is not None and not self.redis.up:
+            return self.redis.down_reason or "Redis is down"
+        return None if self.breaker.allows() else self.breaker.reason
 
     def threshold_for(self, scope: CacheScope) -> float:
         return self.thresholds.for_scope(scope.tenant, scope.model)
@@ -190,7 +204,7 @@ class SemanticCache:
             if not dry_run:
                 self.stats.bypasses += 1
             return LookupResult("bypass", threshold or 0.0, reason=decision.reason)
-        if (down := self.down_reason) is not None:
+        if (down := self._skip_reason()) is not None:
             # Not asked (a bypass, not a failed lookup): each lookup would wait for its
             # connection to fail, and log it, for as long as the outage lasts.
             if not dry_run:
@@ -198,11 +212,15 @@ class SemanticCache:
             return LookupResult("bypass", threshold or 0.0, reason=f"Redis is down: {down}")
         question = self.policy.question(request)
         assert question is not None
-        scope = self.policy.scope(request)
+        if len(request.messages) > INLINE_MESSAGES:
+            scope = await asyncio.to_thread(self.policy.scope, request)
+        else:
+            scope = self.policy.scope(request)
         exact_key = await _sized(question, self.store.entry_id, scope, question)
         threshold = self.threshold_for(scope) if threshold is None else threshold
         if not dry_run:
             self.stats.lookups += 1
+        asked: Question | None = None
         try:
             # asyncio.timeout runs the lookup in this task (wait_for wraps it in another).
             async with asyncio.timeout(self.timeout):
@@ -211,6 +229,8 @@ class SemanticCache:
                 result = await self._lookup(asked, candidates or self.candidates, accept, dry_run)
         except Exception as exc:
             kind = _error_kind(exc)
+            if kind == "timeout" and asked is not None and asked.waiting_on == "redis":
+                self.breaker.record_timeout()
             if not dry_run:
                 self.stats.errors[kind] += 1
             log.warning("cache lookup failed open (%s): %r", kind, exc)
@@ -218,6 +238,7 @@ class SemanticCache:
             return LookupResult(
                 "error", threshold, scope, question, reason=reason, exact_key=exact_key
             )
+        self.breaker.record_success()
         if not dry_run:
             self._count(result)
         return result

@@ -31,6 +31,7 @@ SETTINGS_KEY = "semgate:admin:thresholds"
 STATS_PREFIX = "semgate:admin:stats:"
 SYNC_SECONDS = 0.5
 STATS_TTL_SECONDS = 5  # a process that stopped publishing drops out of the sum
+STOP_SECONDS = 2.0  # at shutdown, for the sync loop to end
 # Lists every process reports alike (the histogram's bounds, the languages a tier
 # serves): kept from one, not added up. Lists only: a dict under such a name (a tenant
 # named "buckets") is added up.
@@ -66,6 +67,7 @@ class SharedAdmin:
         self.replica = uuid.uuid4().hex[:12]
         self._version: int | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def start(self) -> None:
         with contextlib.suppress(Exception):  # Redis down: the configured values meanwhile
@@ -73,10 +75,14 @@ class SharedAdmin:
         self._task = asyncio.get_running_loop().create_task(self._sync())
 
     async def stop(self) -> None:
+        # A shutdown once waited for ever on this task, its cancel lost (while the
+        # engine core restarted; the likeliest thief is a Redis command's timeout,
+        # caught below as a failed sync): the loop also ends on its own, and the wait
+        # is bounded.
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait([self._task], timeout=STOP_SECONDS)
         with contextlib.suppress(Exception):
             await self.client.delete(STATS_PREFIX + self.replica)
 
@@ -128,7 +134,7 @@ class SharedAdmin:
         self._version = int(version)
 
     async def _sync(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(SYNC_SECONDS)
             if self.cache.down_reason is not None:
                 continue  # the supervisor reports the outage; nothing to share meanwhile

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -44,6 +44,9 @@ class Question:
     threshold: float  # the English tier's similarity threshold for this scope
     vectors: dict[str, np.ndarray] = field(default_factory=dict)  # by vector field
     embed_seconds: float | None = None
+    # What the lookup awaits now: a timeout while Redis is awaited feeds the circuit
+    # breaker (cache/circuit_breaker.py), one while the embedder is does not.
+    waiting_on: Literal["redis", "embedder"] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class ExactTier:
         return True
 
     async def lookup(self, question: Question, k: int, accept: Accept, dry_run: bool) -> TierResult:
+        question.waiting_on = "redis"
         exact = await self.entries.get_exact(question.exact_key)
         if exact is None or (accept is not None and not accept(exact.entry)):
             return TierResult()
@@ -149,6 +153,7 @@ class SemanticTier:
         if not self.embedder.fits(question.text):
             return None
         started = time.perf_counter()
+        question.waiting_on = "embedder"
         vector = await self.embedder.embed(question.text)
         question.embed_seconds = time.perf_counter() - started
         question.vectors[self.field.name] = vector
@@ -159,6 +164,7 @@ class SemanticTier:
         if vector is None:
             return TierResult(reason=TOO_LONG)
         language = question.language if self.own_language_only else None
+        question.waiting_on = "redis"
         found = await self.entries.search(
             question.scope, vector, k, self.field, language, self.name
         )

@@ -25,6 +25,8 @@ BENCHES = {
     "cache": Bench("cache lookup latency and throughput", "cache_bench", "run_cache_bench"),
     "gateway": Bench("cache-hit latency and miss overhead over HTTP, against in-process",
                      "gateway_bench", "run_gateway_bench"),
+    "faults": Bench("/health during huge requests, a killed engine core, SIGTERM mid-stream",
+                    "fault_bench", "run_fault_bench"),
 }  # fmt: skip
 
 
@@ -32,6 +34,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bench = BENCHES[args.bench]
     run = getattr(importlib.import_module(f"bench.{bench.module}"), bench.function)
     extra = {"llama_server": args.llama_server} if args.bench == "quant" else {}
+    if args.bench == "faults":
+        extra = {"baseline": args.baseline}
     run(quick=args.quick, out_path=args.out, **extra)
     return 0
 
@@ -46,6 +50,14 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
             "--out", type=Path, default=Path(f"bench-results/{name}.json"), help="JSON report"
         )
         one.set_defaults(func=cmd_bench)
+        if name == "faults":
+            one.add_argument(
+                "--baseline",
+                type=Path,
+                default=None,
+                help="another checkout (say, `git archive main | tar -x -C /tmp/before`) whose "
+                "server gets the same trials, alternating",
+            )
         if name == "quant":
             one.add_argument(
                 "--llama-server",

@@ -56,6 +56,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.client_limits import ClientLimits, limited_protocol
+    from gateway.drain import LAST_RESORT_SECONDS, DrainingServer
     from gateway.serve_logging import AccessLog, configure_logging
 
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack
@@ -63,19 +65,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format)
     _check_port(settings.host, settings.port)
     app = create_app(settings)
-    uvicorn.run(
+    runtime = app.state.runtime
+    limits = ClientLimits(
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        header_timeout=settings.header_timeout,
+        body_timeout=settings.body_timeout,
+        max_connections=settings.max_connections,
+    )
+    config = uvicorn.Config(
         AccessLog(app),
         host=settings.host,
         port=settings.port,
         log_level="warning",
         log_config=None,  # uvicorn's loggers write through ours (gateway/serve_logging.py)
         access_log=False,  # AccessLog writes one line a request instead
-        timeout_graceful_shutdown=5,
+        # The drain (gateway/drain.py) ends what runs at the grace; this is a last resort.
+        timeout_graceful_shutdown=settings.shutdown_grace + LAST_RESORT_SECONDS,
+        timeout_keep_alive=settings.keep_alive_timeout,
         # C event loop and HTTP parser (project dependencies): the event loop's CPU is
-        # what every request costs beside the engine, and both share two cores here.
+        # what every request costs beside the engine, and both share two cores here. The
+        # parser with the limits on what a client may send (gateway/client_limits.py).
         loop="uvloop",
-        http="httptools",
+        http=limited_protocol(limits, runtime.metrics.count_refusal),
     )
+    DrainingServer(config, runtime.drain).run()
     return 0
 
 
@@ -190,7 +204,20 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         "--max-waiting",
         type=int,
         default=None,
-        help="requests queued for the engine before 429 (default: 256)",
+        help="places in the engine's queue beyond its running slots; past them 429 (default: 256)",
+    )
+    serve.add_argument(
+        "--hang-timeout",
+        type=float,
+        default=None,
+        help="seconds the engine core may make no progress with requests pending before "
+        "it is restarted (default: 10.0)",
+    )
+    serve.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=None,
+        help="seconds requests in flight get to finish after SIGTERM (default: 30.0)",
     )
     serve.add_argument(
         "--upstream",

@@ -1,7 +1,7 @@
 """semgate's inference engine: continuous batching over a paged KV cache."""
 
 from engine.config import EngineConfig
-from engine.llm import LLM, AsyncLLM
+from engine.llm import LLM, AsyncLLM, EngineDeadError
 from engine.llm_engine import LLMEngine
 from engine.metrics import EngineStats, RequestMetrics
 from engine.outputs import RequestOutput
@@ -11,6 +11,7 @@ __all__ = [
     "LLM",
     "AsyncLLM",
     "EngineConfig",
+    "EngineDeadError",
     "EngineStats",
     "LLMEngine",
     "RequestMetrics",

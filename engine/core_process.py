@@ -104,8 +104,10 @@ def start_engine_core(
 def main() -> None:
     """The child process: load the model, report ready (or the error), then serve steps
     until the client says stop or goes away."""
-    # Ctrl-C reaches the whole process group; the client decides when the core stops.
+    # Ctrl-C reaches the whole process group, and a service manager's SIGTERM may reach
+    # the whole cgroup; the client decides when the core stops (after draining).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn = Connection(int(sys.argv[1]))
     config, log_level, log_format = conn.recv()
     _log_to_stderr(log_level, log_format)

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -34,6 +35,11 @@ from engine.step_window import StepWindow
 log = logging.getLogger("semgate.engine")
 
 Messages = Sequence[dict[str, Any]]
+
+
+class EngineDeadError(RuntimeError):
+    """The engine's core process is gone (it exited, was killed, or was shut down): the
+    request failed for that, not for anything in it."""
 
 
 def _per_prompt(params: SamplingParams | Sequence[SamplingParams], n: int) -> list[SamplingParams]:
@@ -156,6 +162,11 @@ class AsyncLLM:
         self._steps = StepWindow()
         self._send_lock = threading.Lock()
         self._stopped: str | None = None  # why no request is taken any more
+        # Requests the core holds (sent, not reported finished), and when it last showed
+        # progress: its last report, or the moment work reached it while idle. An idle
+        # core reports nothing, so only silence with work pending means a hang.
+        self._pending: set[str] = set()
+        self._progress = time.monotonic()
         self._reader = threading.Thread(
             target=self._receive, name="semgate-engine-outputs", daemon=True
         )
@@ -181,7 +192,7 @@ class AsyncLLM:
         """Streams RequestOutputs (deltas) until finished; leaving early aborts the request.
         Only requests with the same `cache_salt` share prefix-cache blocks."""
         if self._stopped:
-            raise RuntimeError(self._stopped)
+            raise EngineDeadError(self._stopped)
         params = params or SamplingParams()
         token_ids = prompt_token_ids(
             prompt, params, self.tokenizer, self.vocab_size, self.max_model_len
@@ -194,6 +205,9 @@ class AsyncLLM:
         state = self.processor.add(rid, token_ids, params)
         request = AddRequest(rid, token_ids, params, cache_salt, state.metrics.arrival_time)
         finished = False
+        if not self._pending:
+            self._progress = time.monotonic()
+        self._pending.add(rid)
         try:
             self._send(request)
             while not finished:
@@ -205,6 +219,7 @@ class AsyncLLM:
         finally:
             self._streams.pop(rid, None)
             self.processor.forget(rid)
+            self._pending.discard(rid)
             if not finished:
                 self.abort(rid)
 
@@ -221,6 +236,7 @@ class AsyncLLM:
 
     def abort(self, request_id: str) -> None:
         """Ends a request; its KV blocks are freed before the engine's next step."""
+        self._pending.discard(request_id)
         if not self._stopped:
             with contextlib.suppress(RuntimeError):  # a core that is gone frees nothing
                 self._send(AbortRequest(request_id))
@@ -230,15 +246,24 @@ class AsyncLLM:
         """Why the engine takes no more requests (shut down, or its process died)."""
         return self._stopped
 
+    def stalled_for(self) -> float:
+        """Seconds the core has shown no progress while holding requests (0 when idle)."""
+        return time.monotonic() - self._progress if self._pending else 0.0
+
+    def kill_core(self, reason: str) -> None:
+        """Kills the core process (a hung one); its streams fail with `reason`."""
+        self._stopped = self._stopped or reason
+        self._process.kill()
+
     def get_stats(self) -> EngineStats:
         """The engine's counters and gauges as of its last step; its steps' time over
         the last minute as of now."""
         return replace(self._stats, steps=self._steps.stats())
 
-    def shutdown(self) -> None:
-        """Stops the engine process; streams still running fail with RuntimeError."""
+    def shutdown(self, reason: str = "engine is shut down") -> None:
+        """Stops the engine process; streams still running fail with EngineDeadError."""
         if not self._stopped:
-            self._stopped = "engine is shut down"
+            self._stopped = reason
             with contextlib.suppress(RuntimeError):
                 self._send(None)
         try:
@@ -255,7 +280,7 @@ class AsyncLLM:
             try:
                 self._conn.send(message)
             except OSError as exc:
-                raise RuntimeError(f"the engine process is gone: {exc}") from exc
+                raise EngineDeadError(f"the engine process is gone: {exc}") from exc
 
     def _receive(self) -> None:
         """The reader thread: each step report becomes one callback per event loop."""
@@ -264,11 +289,14 @@ class AsyncLLM:
                 report: StepReport = self._conn.recv()
             except (EOFError, OSError):
                 break
+            self._progress = time.monotonic()
             self._stats = report.stats
             if report.step is not None:
                 self._steps.add(report.step)
             items: list[tuple[_Stream, RequestOutput | BaseException]] = []
             for out in report.outputs:
+                if out.finished:
+                    self._pending.discard(out.request_id)
                 processed = self.processor.process(out)
                 if processed is None:
                     continue
@@ -278,6 +306,7 @@ class AsyncLLM:
                     items.append((stream, processed.output))
             for failure in report.failures:
                 self.processor.forget(failure.request_id)
+                self._pending.discard(failure.request_id)
                 if (stream := self._streams.get(failure.request_id)) is not None:
                     kind = ValueError if failure.invalid else RuntimeError
                     items.append((stream, kind(failure.message)))
@@ -285,7 +314,7 @@ class AsyncLLM:
         if not self._stopped:
             self._stopped = f"the engine process exited (code {self._process.wait()})"
             log.error("%s; failing the requests in flight", self._stopped)
-        error = RuntimeError(self._stopped)
+        error = EngineDeadError(self._stopped)
         _deliver([(stream, error) for stream in list(self._streams.values())])
 
 

@@ -35,6 +35,8 @@ class Keyring:
         self.api_keys = dict(api_keys)
         self.generated_admin_key = admin_key is None
         self.admin_key = admin_key or f"sg-admin-{secrets.token_urlsafe(24)}"
+        # No key is longer: a longer token is refused before it is compared to any.
+        self.longest = max(len(key) for key in [*self.api_keys, self.admin_key])
 
     @property
     def open(self) -> bool:
@@ -43,6 +45,8 @@ class Keyring:
 
     def tenant_key(self, token: str) -> bool:
         """Whether the token is one of the configured chat keys."""
+        if len(token) > self.longest:
+            return False
         return any([_matches(token, key) for key in self.api_keys])  # a list: compare all
 
     def is_admin(self, token: str) -> bool:
@@ -59,6 +63,8 @@ class Keyring:
                 "authentication_error",
                 code="missing_api_key",
             )
+        if len(token) > self.longest:
+            raise APIError(401, "invalid API key", "authentication_error", code="invalid_api_key")
         tenant = None
         for key, name in self.api_keys.items():
             if _matches(token, key) and tenant is None:
@@ -70,8 +76,6 @@ class Keyring:
     def check_admin(self, token: str | None) -> None:
         """401 without a key or with an unknown one; 403 for a valid chat key (it
         authenticates, but is not allowed to administer)."""
-        if token is not None and _matches(token, self.admin_key):
-            return
         if token is None:
             raise APIError(
                 401,
@@ -79,10 +83,16 @@ class Keyring:
                 "authentication_error",
                 code="missing_api_key",
             )
-        if any([_matches(token, key) for key in self.api_keys]):  # a list: compare all
-            raise APIError(
-                403, "this API key may not use the admin API", "permission_error", code="forbidden"
-            )
+        if len(token) <= self.longest:  # a longer one is no key: nothing to compare
+            if _matches(token, self.admin_key):
+                return
+            if any([_matches(token, key) for key in self.api_keys]):  # a list: compare all
+                raise APIError(
+                    403,
+                    "this API key may not use the admin API",
+                    "permission_error",
+                    code="forbidden",
+                )
         raise APIError(401, "invalid admin key", "authentication_error", code="invalid_api_key")
 
 

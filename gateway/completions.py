@@ -35,6 +35,7 @@ from gateway.bypass import unkeyable
 from gateway.early_start import EarlyStart
 from gateway.errors import UNSUPPORTED, APIError
 from gateway.metrics import GatewayMetrics
+from gateway.off_loop import INLINE_CHARS, MESSAGE_CHARS, run_sized
 from gateway.request_fields import sampling_given
 from gateway.schemas import ChatCompletionRequest, ChatMessage, TextMessage
 from gateway.tokens import token_counter
@@ -126,6 +127,15 @@ def flatten_messages(messages: Sequence[ChatMessage | TextMessage]) -> list[dict
         role = "system" if message.role == "developer" else message.role
         out.append({"role": role, "content": _text(message)})
     return out
+
+
+def structure_size(messages: list[ChatMessage]) -> int:
+    """What flattening and checking messages costs, by their number and their parts'
+    (as off_loop.work_size counts a message: MESSAGE_CHARS)."""
+    if len(messages) * MESSAGE_CHARS > INLINE_CHARS:  # big already: no need to walk it
+        return len(messages) * MESSAGE_CHARS
+    parts = sum(len(m.content) for m in messages if isinstance(m.content, list))
+    return (len(messages) + parts) * MESSAGE_CHARS
 
 
 def _refuse_unsupported(request: ChatCompletionRequest) -> None:
@@ -260,8 +270,14 @@ class ChatService:
         # The job, the cache's partition and the metrics name the served model (an
         # alias's target); the answer names the model the client asked for.
         model = self.upstream.route(request.model)
-        job = to_job(request, answer_id, model, tenant, trace_id, session)
-        self.upstream.refuse_oversized(job)
+
+        def prepare(request: ChatCompletionRequest) -> ChatJob:
+            job = to_job(request, answer_id, model, tenant, trace_id, session)
+            self.upstream.refuse_oversized(job)
+            return job
+
+        # Off the event loop for many messages or parts (100,000 empty ones cost 50 ms).
+        job = await run_sized(prepare, request, structure_size(request.messages))
         cache_request = CacheRequest(
             model=job.model,
             messages=job.messages,

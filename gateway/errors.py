@@ -7,7 +7,12 @@ import logging
 
 import msgspec
 from litestar import Request, Response
-from litestar.exceptions import ClientException, HTTPException, ValidationException
+from litestar.exceptions import (
+    ClientException,
+    HTTPException,
+    InternalServerException,
+    ValidationException,
+)
 
 from gateway.schemas import ErrorBody, ErrorResponse
 
@@ -31,6 +36,12 @@ ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_la
 # code for a model that refuses one), or a prompt that does not fit its context.
 UNSUPPORTED = "unsupported_value"
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+# nginx's status for a request whose client left first; nobody receives it, but the
+# access log and middleware see why the request ended.
+CLIENT_CLOSED_REQUEST = 499
+# What Litestar raises when the connection closes while it reads the body: the client
+# left, or its body was too slow (gateway/client_limits.py answered it 408 already).
+CLIENT_LEFT = "client disconnected prematurely"
 
 
 class APIError(Exception):
@@ -86,6 +97,8 @@ def _validation_error(exc: ValidationException) -> APIError:
 
 def handle_http_exception(_: Request, exc: HTTPException) -> Response[ErrorResponse]:
     status = exc.status_code
+    if isinstance(exc, InternalServerException) and exc.detail == CLIENT_LEFT:
+        return error_response(APIError(CLIENT_CLOSED_REQUEST, "the client closed the request"))
     if status >= 500:
         log.error("server error: %r", exc, exc_info=exc)
     if isinstance(exc, ValidationException):

@@ -50,6 +50,8 @@ PHASE_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25,
 class CacheHealth(NamedTuple):
     up: bool  # Redis answers (and the cache has started)
     redis_restarts: int  # of the embedded Redis, after it exited
+    circuit_open: bool = False  # Redis hangs: lookups time out, so the cache is skipped
+    circuit_opens: int = 0
 
 
 class _LiveCollector(Collector):
@@ -81,6 +83,16 @@ class _LiveCollector(Collector):
                 "semgate_cache_redis_restarts",
                 "Restarts of the embedded Redis after it exited.",
                 health.redis_restarts,
+            )
+            yield GaugeMetricFamily(
+                "semgate_cache_circuit_open",
+                "1 while the cache is skipped because lookups kept timing out on Redis.",
+                int(health.circuit_open),
+            )
+            yield CounterMetricFamily(
+                "semgate_cache_circuit_opens",
+                "Times the cache's circuit breaker opened (consecutive Redis timeouts).",
+                health.circuit_opens,
             )
         s = self.cache_stats()
         yield _bypasses(self.passed_through, s)
@@ -175,6 +187,15 @@ def _engine_metrics(g: EngineGauges) -> Iterator[Metric]:
         family = kind(f"semgate_{name}", doc, labels=["model_name"])
         family.add_metric([g.model], value)
         yield family
+    restarts = CounterMetricFamily(
+        "semgate_engine_core_restarts",
+        "Restarts of the engine's core process, by cause: it exited, or it hung (no "
+        "progress with requests pending).",
+        labels=["model_name", "cause"],
+    )
+    for cause in ("exited", "hung"):
+        restarts.add_metric([g.model, cause], g.core_restarts.get(cause, 0))
+    yield restarts
     if g.spec_method is not None:
         yield from _spec_metrics(g)
 
@@ -336,9 +357,19 @@ class GatewayMetrics:
             ["model_name"],
             registry=self.registry,
         )
+        self.http_refusals = Counter(
+            "semgate_http_refusals",
+            "Requests refused before they reached the app, by reason: header_size (too "
+            "large or too many), header_timeout, body_timeout, connections (too many).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.registry.register(
             _LiveCollector(gauges, cache_stats, cache_health, upstream_health, self.passed_through)
         )
+
+    def count_refusal(self, reason: str) -> None:
+        self.http_refusals.labels(reason).inc()
 
     def observe_engine_request(self, model: str, m: RequestMetrics) -> None:
         """A finished in-process engine request's phases (those it went through)."""

@@ -17,10 +17,12 @@ from contextlib import AsyncExitStack
 from typing import Literal
 
 from cache import CachePolicy, CacheRuntime, SemanticCache, Thresholds
+from cache.circuit_breaker import CircuitBreaker
 from cache.shared_admin import SharedAdmin
 from cache.supervisor import RedisSupervisor
 from gateway.auth import Keyring
 from gateway.completions import ChatService
+from gateway.drain import SHUTTING_DOWN, Drain
 from gateway.embeddings import EmbeddingService
 from gateway.errors import APIError
 from gateway.metrics import CacheHealth, GatewayMetrics
@@ -45,6 +47,7 @@ def build_upstream(settings: Settings, metrics: GatewayMetrics) -> ModelRouter:
                 engine.config(),
                 max_waiting=engine.max_waiting,
                 observe=metrics.observe_engine_request,
+                hang_seconds=engine.hang_timeout,
             )
         )
 
@@ -84,6 +87,10 @@ class Runtime:
         self.upstream = (
             build_upstream(settings, self.metrics) if upstream is None else ModelRouter([upstream])
         )
+        self.engine = next(
+            (t for t in self.upstream.targets if isinstance(t, InProcessEngine)), None
+        )
+        self.drain = Drain(settings.shutdown_grace, self._end_in_flight)
         # Replicas can only share an external Redis: an embedded one is this process's.
         shared = settings.redis_url is not None
         self.chat = ChatService(self.upstream, None, self.metrics, settings.early_start, shared)
@@ -108,25 +115,52 @@ class Runtime:
     def cache_state(self) -> Literal["up", "down", "off"]:
         if not self.cache_on:
             return "off"
-        return "up" if self.redis is not None and self.redis.up else "down"
+        return "up" if self.cache is not None and self.cache.down_reason is None else "down"
 
     def cache_down_reason(self) -> str | None:
-        """Why the cache is down (starting, failing to start, Redis down); None if not."""
+        """Why the cache is down (starting, failing to start, Redis down or hanging);
+        None if not."""
         if self.cache_state != "down":
             return None
-        if self.redis is not None:
-            return self.redis.down_reason
+        if self.cache is not None:
+            return self.cache.down_reason
         return self.cache_failure or "starting Redis and the embedder"
 
     def cache_health(self) -> CacheHealth | None:
         if not self.cache_on:
             return None
         restarts = self.redis.restarts if self.redis is not None else 0
-        return CacheHealth(self.cache_state == "up", restarts)
+        breaker = self.cache.breaker if self.cache is not None else None
+        return CacheHealth(
+            self.cache_state == "up",
+            restarts,
+            breaker is not None and breaker.open,
+            breaker.opens if breaker is not None else 0,
+        )
+
+    def alive_failure(self) -> str | None:
+        """Why this process cannot mend itself (/health 503: a liveness probe should
+        restart it), else None."""
+        if self.engine is not None and self.engine.broken:
+            return f"the engine core cannot be restarted: {self.engine.failure}"
+        return None
+
+    def check_accepting(self) -> None:
+        """503 once a shutdown has begun: new requests belong to another replica."""
+        if self.drain.draining:
+            raise APIError(
+                503,
+                f"{SHUTTING_DOWN}; retry on another replica",
+                "service_unavailable",
+                "shutting_down",
+                retry_after=1,
+            )
 
     def check_ready(self) -> None:
-        """503 with Retry-After while no model or upstream can answer. The cache never
-        holds chat up: without it, requests are answered uncached."""
+        """503 with Retry-After while no model or upstream can answer, or the server is
+        shutting down. The cache never holds chat up: without it, requests are answered
+        uncached."""
+        self.check_accepting()
         if self.upstream.ready():
             return
         raise APIError(
@@ -206,6 +240,7 @@ class Runtime:
                                       dict(s.tenant_thresholds)),
                 policy=CachePolicy(max_temperature=s.cache_max_temperature),
                 default_ttl=s.cache_ttl,
+                breaker=CircuitBreaker(s.cache_breaker_after, s.cache_breaker_backoff),
             )  # fmt: skip
             try:
                 self.cache = await self._stack.enter_async_context(runtime)
@@ -228,7 +263,15 @@ class Runtime:
             log.info("cache ready in %.1f s: %s", time.perf_counter() - t0, where)
             return
 
+    async def _end_in_flight(self) -> None:
+        """Ends the requests still running when the shutdown grace is over: closing what
+        answers them fails each cleanly (an SSE error event and [DONE], or a 503)."""
+        if self.engine is not None:
+            await self.engine.close(SHUTTING_DOWN)
+        await self.upstream.close()
+
     async def close(self) -> None:
+        await self.drain.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(BaseException):

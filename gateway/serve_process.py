@@ -32,6 +32,8 @@ class ServeProcess:
     # (unless it is meant to stay down), so that what runs next finds it up.
     wait_for_cache: bool = True
     env: dict[str, str] = field(default_factory=dict)  # beyond this process's own
+    # Another checkout's code to run instead of this one's (a benchmark's baseline).
+    checkout: Path | None = None
 
     @property
     def url(self) -> str:
@@ -39,12 +41,16 @@ class ServeProcess:
 
     def start(self) -> ServeProcess:
         cmd = [sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1"]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **self.env}
+        if self.checkout is not None:
+            env["PYTHONPATH"] = str(self.checkout)
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [*cmd, "--port", str(self.port), *self.args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **self.env},
+                env=env,
+                cwd=self.checkout,
             )
         return self
 

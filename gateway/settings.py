@@ -79,14 +79,19 @@ class EngineSettings:
     kv_cache_memory: int | None = None
     kv_cache_memory_fraction: float = 0.1
     gpu_memory_utilization: float = 0.9
-    # Requests allowed to wait for a free engine slot; past it, 429 with Retry-After.
+    # Requests admitted beyond the running slots; past it, 429 with Retry-After.
     max_waiting: int = 256
+    # Seconds the engine's core may show no progress while it holds requests before it
+    # counts as hung and is restarted (gateway/upstream/core_supervisor.py).
+    hang_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
             raise ValueError("max_num_seqs must be >= 1")
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
+        if self.hang_timeout <= 0:
+            raise ValueError("hang_timeout must be > 0")
         check_choice("quantization", self.quantization, QUANTIZATION_CHOICES)
         check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPE_CHOICES)
         check_choice("attention_backend", self.attention_backend, BACKEND_CHOICES)
@@ -94,7 +99,8 @@ class EngineSettings:
     def config(self) -> EngineConfig:
         """The engine's configuration (which resolves the model and checks the rest)."""
         values = asdict(self)
-        del values["max_waiting"]  # the gateway's admission limit, not the engine's
+        # The gateway's admission limit and supervision, not the engine's.
+        del values["max_waiting"], values["hang_timeout"]
         return EngineConfig(
             enable_chunked_prefill=values.pop("chunked_prefill"),
             enable_prefix_caching=values.pop("prefix_caching"),
@@ -143,6 +149,21 @@ class Settings:
     rate_limit: str | None = None  # "120/minute" per API key
     admin_rate_limit: str | None = None  # the admin key's own budget ("600/minute")
     max_body_bytes: int = 4 * 1024 * 1024
+    # What a client may send beyond the body (gateway/client_limits.py): the request line
+    # and headers together, their count, the seconds to send them and then the body, the
+    # seconds an idle keep-alive connection stays open, and the open connections.
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive_timeout: float = 5.0
+    max_connections: int = 1000
+    # At SIGTERM, how long requests in flight may take to finish (gateway/drain.py).
+    shutdown_grace: float = 30.0
+    # Lookups in a row that time out on Redis before the cache is skipped, and for how
+    # long at first (cache/circuit_breaker.py).
+    cache_breaker_after: int = 3
+    cache_breaker_backoff: float = 5.0
     log_format: str = "text"  # "text" | "json"
 
     def __post_init__(self) -> None:
@@ -152,9 +173,16 @@ class Settings:
             raise ValueError(f"log_format must be text or json, not {self.log_format!r}")
         parse_rate(self.rate_limit)  # validate early
         parse_rate(self.admin_rate_limit)
-        for name in ("max_body_bytes", "port"):
+        for name in ("max_body_bytes", "port", "max_header_bytes", "max_headers",
+                     "max_connections", "cache_breaker_after"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        for name in ("header_timeout", "body_timeout", "keep_alive_timeout",
+                     "cache_breaker_backoff"):  # fmt: skip
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.shutdown_grace < 0:
+            raise ValueError("shutdown_grace must be >= 0")
         check_ttl(self.cache_ttl, "cache_ttl")
         if any(not key or not tenant for key, tenant in self.api_keys.items()):
             raise ValueError("API keys and tenant names must be non-empty")

@@ -15,10 +15,6 @@ from gateway.upstream import Delta
 
 log = logging.getLogger("semgate.gateway")
 
-# nginx's status for a request whose client left first; nobody receives it, but the
-# access log and middleware see why the request ended.
-CLIENT_CLOSED_REQUEST = 499
-
 
 def usage_of(final: Delta | None) -> Usage:
     if final is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.tokenizer import Tokenizer
-from gateway.off_loop import run_sized
+from gateway.off_loop import run_sized, work_size
 from gateway.upstream import Upstream
 
 
@@ -21,8 +21,7 @@ class TokenCounter:
     async def prompt(self, messages: Sequence[dict[str, str]]) -> int:
         """The prompt's tokens as the engine runs it: chat template, then encoded. Raises
         ValueError if the model's chat template refuses the messages."""
-        chars = sum(len(m["content"]) for m in messages)
-        return await run_sized(self._prompt, messages, chars)
+        return await run_sized(self._prompt, messages, work_size(messages))
 
     async def completion(self, answer: str) -> int:
         """The tokens of a complete answer as the engine counts a generated one: its text

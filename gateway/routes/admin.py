@@ -11,7 +11,8 @@ from litestar import Request, Response, Router, delete, get, post, put, route
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import Parameter
 from msgspec import Meta
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redisvl.exceptions import RedisVLError
 
 from cache import CacheRequest, SemanticCache, Thresholds
 from cache.shared_admin import SharedAdmin
@@ -26,7 +27,7 @@ from gateway.admin_schemas import (
 )
 from gateway.auth import admin_guard
 from gateway.completions import flatten_messages
-from gateway.errors import APIError, error_response
+from gateway.errors import CONTEXT_LENGTH_EXCEEDED, APIError, error_response
 from gateway.openapi_docs import error_responses
 from gateway.request_fields import NonBlank, Similarity, Temperature, Ttl
 from gateway.routes.admin_engine import engine_stats
@@ -34,10 +35,11 @@ from gateway.routes.admin_upstreams import upstreams
 from gateway.runtime import Runtime
 from gateway.schemas import ErrorResponse, TextMessage
 from gateway.strict_json import StrictJSON
-from gateway.tokens import token_counter
+from gateway.tokens import TokenCounter, token_counter
 
 MAX_PAGE = 500
 MISSING_SCOPE = "missing_scope"  # a flush that names no entries
+MAX_OFFSET = 1_000_000  # RediSearch's MAXSEARCHRESULTS: a page may start there at most
 ADMIN_ERRORS = error_responses(400, 401, 403, 404, 422, 429, 503)
 
 
@@ -112,9 +114,26 @@ def _redis_down(reason: str) -> APIError:
                     "cache_unavailable", retry_after=2)  # fmt: skip
 
 
-def _lost_redis(_: Request[Any, Any, Any], exc: RedisConnectionError) -> Response[ErrorResponse]:
-    """Redis lost after `_cache` found it up (the supervisor notices within a moment)."""
-    return error_response(_redis_down(str(exc)))
+def _redis_failed(_: Request[Any, Any, Any], exc: Exception) -> Response[ErrorResponse]:
+    """Redis lost, hanging or refusing after `_cache` found it up (the supervisor or the
+    circuit breaker notices within a moment): 503, never a 500."""
+    return error_response(_redis_down(f"{type(exc).__name__}: {exc}"))
+
+
+def _tag(value: str | None, param: str) -> str | None:
+    """A tenant or model as a filter: 400 for control characters (a NUL ends the query
+    that Redis parses)."""
+    if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise APIError(400, f"{param} must not contain control characters", param=param)
+    return value
+
+
+def _context_length(runtime: Runtime, model: str) -> int | None:
+    """The context length of `model` where this gateway runs it, else None."""
+    engine = runtime.engine
+    if engine is None or engine.llm is None or model != engine.model_id:
+        return None
+    return engine.max_model_len
 
 
 def _model(runtime: Runtime, model: str | None, param: str = "model") -> str:
@@ -176,9 +195,10 @@ async def list_entries(
     q: str | None = Parameter(default=None, description="words in the question"),
     # The bound twice: Litestar leaves a bound of 0 out of the document (see
     # gateway/openapi_docs.py), and struct_schemas reaches bodies, not query parameters.
-    offset: int = Parameter(default=0, ge=0, schema_extra={"minimum": 0}),
+    offset: int = Parameter(default=0, ge=0, le=MAX_OFFSET, schema_extra={"minimum": 0}),
     limit: int = Parameter(default=50, ge=1, le=MAX_PAGE),
 ) -> EntryPage:
+    tenant, model = _tag(tenant, "tenant"), _tag(model, "model")
     total, entries = await _cache(runtime).store.list(tenant, model, q, offset, limit)
     return EntryPage(total, offset, [EntryView.of(e) for e in entries])
 
@@ -188,24 +208,51 @@ async def list_entries(
 async def seed_entry(data: SeedEntry, runtime: Runtime) -> EntryView:
     cache = _cache(runtime)
     model = _model(runtime, data.model)
+    _tag(data.tenant, "tenant")
     context = flatten_messages(data.context) if data.context else []
     counter = token_counter(runtime.upstream, model)
+    prompt = [*context, {"role": "user", "content": data.question}]
     try:
         # Counted as the engine counts a generated answer's usage, which is stored with it:
         # the entry then serves only requests whose max_tokens it fits.
         usage = None
         if counter is not None:
-            prompt = [*context, {"role": "user", "content": data.question}]
+            limit = _context_length(runtime, model)
+            if limit is not None:
+                _refuse_too_long(counter, prompt, data.answer, limit)
             usage = {
                 "prompt_tokens": await counter.prompt(prompt),
                 "completion_tokens": await counter.completion(data.answer),
             }
+            if limit is not None and sum(usage.values()) > limit:
+                raise _too_long(sum(usage.values()), limit)
         entry = await cache.seed(
             data.question, data.answer, model, data.tenant, context, data.ttl, usage
         )
     except ValueError as exc:
         raise APIError(400, str(exc)) from exc
     return EntryView.of(entry)
+
+
+def _refuse_too_long(
+    counter: TokenCounter, prompt: list[dict[str, str]], answer: str, limit: int
+) -> None:
+    """400 for a seed too long by its length alone (a bound from the longest token),
+    before tokenizing it costs anything."""
+    chars = len(answer) + sum(len(m["content"]) for m in prompt)
+    if (at_least := counter.tokenizer.min_tokens(chars)) > limit:
+        raise _too_long(at_least, limit, at_least=True)
+
+
+def _too_long(tokens: int, limit: int, at_least: bool = False) -> APIError:
+    count = f"at least {tokens}" if at_least else str(tokens)
+    return APIError(
+        400,
+        f"This model's maximum context length is {limit} tokens; the question and answer "
+        f"({count} tokens) do not fit, so the model could never have given this answer.",
+        code=CONTEXT_LENGTH_EXCEEDED,
+        param="answer",
+    )
 
 
 @get("/cache/entries/{entry_id:str}", summary="One entry", responses=ADMIN_ERRORS)
@@ -243,6 +290,7 @@ async def flush(
     if not everything and tenant is None and model is None:
         raise APIError(400, "say which entries: tenant and/or model, or all=true for every "
                        "entry", param="all", code=MISSING_SCOPE)  # fmt: skip
+    tenant, model = _tag(tenant, "tenant"), _tag(model, "model")
     return Flushed(await _cache(runtime).store.flush(tenant, model))
 
 
@@ -250,6 +298,7 @@ async def flush(
       dto=StrictJSON[LookupRequest], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
 async def lookup(data: LookupRequest, runtime: Runtime) -> LookupView:
     cache = _cache(runtime)
+    _tag(data.tenant, "tenant")
     if (data.messages is None) == (data.question is None):
         raise APIError(400, "give `messages` or `question`, not both", param="question")
     if data.messages is not None:
@@ -305,7 +354,7 @@ admin_router = Router(
     guards=[admin_guard],
     tags=["admin"],
     security=[{"AdminKey": []}],
-    exception_handlers={RedisConnectionError: _lost_redis},
+    exception_handlers={RedisError: _redis_failed, RedisVLError: _redis_failed},
     route_handlers=[
         _options(get_threshold, put_threshold),
         get_threshold,

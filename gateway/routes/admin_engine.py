@@ -79,9 +79,9 @@ async def engine_stats(runtime: Runtime) -> EngineStatsView:
             code="no_engine",
         )
     g = runtime.upstream.gauges()
-    if g is None or g.steps is None:
-        raise APIError(503, "the model is still loading", "service_unavailable",
-                       "engine_loading", retry_after=2)  # fmt: skip
+    if g is None or g.steps is None:  # loading, or its core is being restarted
+        why = runtime.upstream.failure or "the model is still loading"
+        raise APIError(503, why, "service_unavailable", "engine_loading", retry_after=2)
     return EngineStatsView(
         model=g.model,
         attention_backend=g.attention_backend,

@@ -14,6 +14,7 @@ from gateway import server_timing
 from gateway.bypass import bypass_reason
 from gateway.completions import Answer, CacheDirectives, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
+from gateway.errors import CLIENT_CLOSED_REQUEST
 from gateway.openapi_docs import CHAT_RESPONSES, AnswerOperation
 from gateway.request_id import request_id
 from gateway.runtime import Runtime
@@ -26,7 +27,7 @@ from gateway.schemas import (
     DeltaMessage,
     ResponseMessage,
 )
-from gateway.streamed_answer import CLIENT_CLOSED_REQUEST, ended, timings_of, usage_of
+from gateway.streamed_answer import ended, timings_of, usage_of
 from gateway.strict_json import StrictJSON
 from gateway.upstream import Delta
 from gateway.upstream.routing import SESSION_HEADER
@@ -117,7 +118,9 @@ async def chat_completions(
         "(without it, the body's `user` does)",
     ),
 ) -> Response[ChatCompletion] | ServerSentEvent | Response[bytes] | Stream:
-    runtime.check_ready()  # never waits for Redis: uncached while it is down (fail open)
+    # Not runtime.check_ready(): a hit is answered while the engine is down or restarting
+    # (only a miss gets its 503), and nothing waits for Redis (uncached while it is down).
+    runtime.check_accepting()
     tenant: str = request.state.tenant  # set by api_key_guard (the /v1 router's)
     ttl = data.cache.ttl if data.cache is not None else None
     directives = CacheDirectives.parse(cache_control, ttl)

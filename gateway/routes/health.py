@@ -13,8 +13,18 @@ from gateway.openapi_docs import error_responses
 from gateway.runtime import Runtime
 
 
-@get("/health", summary="The process is up", tags=["ops"])
-async def health() -> dict[str, str]:
+@get(
+    "/health",
+    summary="200 while the process is up and can mend itself, else 503",
+    description="Liveness: 503 only when a restart of the process is the way out (its "
+    "engine core could not be restarted, again and again). A dead or hung engine core "
+    "that is being restarted is /ready's business.",
+    tags=["ops"],
+    responses=error_responses(503),
+)
+async def health(runtime: Runtime) -> dict[str, str]:
+    if (failure := runtime.alive_failure()) is not None:
+        raise APIError(503, failure, "service_unavailable", "unhealthy")
     return {"status": "ok"}
 
 
@@ -34,10 +44,12 @@ class ReadyView(msgspec.Struct, omit_defaults=True):
 
 @get(
     "/ready",
-    summary="200 while chat can be answered (the model or an upstream is up), else 503",
-    description='The cache\'s state is in the body: "cache" is "up", "down" (starting, or '
-    'Redis down: chat is answered uncached; "cache_detail" says why) or "off". With '
-    "upstreams, each one's state, and why one that is down is not used; the 503 says it too.",
+    summary="200 while chat can be answered (the model or an upstream is up, and the "
+    "server is not shutting down), else 503",
+    description='The cache\'s state is in the body: "cache" is "up", "down" (starting, '
+    "Redis down, or Redis hanging and skipped by the circuit breaker: chat is answered "
+    'uncached; "cache_detail" says why) or "off". With upstreams, each one\'s state, and '
+    "why one that is down is not used; the 503 says it too.",
     tags=["ops"],
     responses=error_responses(503),
 )

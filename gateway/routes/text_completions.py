@@ -13,11 +13,12 @@ from litestar.response import ServerSentEvent, Stream
 from gateway import server_timing
 from gateway.completions import Answer, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
+from gateway.errors import CLIENT_CLOSED_REQUEST
 from gateway.openapi_docs import AnswerOperation, answer_responses
 from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.schemas import CompletionChoice, CompletionRequest, TextCompletion, Usage
-from gateway.streamed_answer import CLIENT_CLOSED_REQUEST, ended, timings_of, usage_of
+from gateway.streamed_answer import ended, timings_of, usage_of
 from gateway.strict_json import StrictJSON
 from gateway.text_completions import BYPASS_REASON, PATH, echo_text, to_text_job
 from gateway.upstream import Delta

@@ -82,6 +82,7 @@ class EngineGauges:
     steps: StepWindowStats | None = None  # the last minute's step time, prefill vs decode
     attention_backend: str = ""  # the engine's (engine/attention_backends.py)
     decode_steps: str = ""  # how decode steps run: eagerly, or as CUDA graphs of which sizes
+    core_restarts: dict[str, int] = field(default_factory=dict)  # by cause: exited, hung
 
 
 @dataclass(frozen=True)

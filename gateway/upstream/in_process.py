@@ -1,21 +1,24 @@
 """The bundled engine, driven by the gateway itself (AsyncLLM; its step loop runs in a child
-process, so it never waits on the gateway's event loop for the GIL)."""
+process, so it never waits on the gateway's event loop for the GIL, and is restarted if it
+dies or hangs: gateway/upstream/core_supervisor.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 
-from engine import AsyncLLM, EngineConfig, RequestMetrics, SamplingParams
+from engine import AsyncLLM, EngineConfig, EngineDeadError, RequestMetrics, SamplingParams
 from engine.tokenizer import Tokenizer
-from gateway.off_loop import run_sized
+from gateway.off_loop import run_sized, work_size
 from gateway.server_timing import seconds_to_ms
 from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
+from gateway.upstream.core_supervisor import CoreSupervisor
+
+DEFAULT_HANG_SECONDS = 10.0
 
 
 class InProcessEngine:
-    """Keeps at most `max_waiting` requests queued for the engine (see `_admit`): past
+    """Admits at most max_num_seqs + `max_waiting` requests at once (see `_admit`): past
     that a request gets 429 with Retry-After at once instead of waiting without bound."""
 
     cheap_abort = True  # aborted on a hit, a request costs the engine the lookup's time
@@ -29,32 +32,43 @@ class InProcessEngine:
         config: EngineConfig,
         max_waiting: int = 256,
         observe: Callable[[str, RequestMetrics], None] | None = None,
+        hang_seconds: float = DEFAULT_HANG_SECONDS,
     ) -> None:
         self.config = config
         self.max_waiting = max_waiting
         # Given the model and the engine's metrics of each finished request (/metrics).
         self.observe = observe
-        self.llm: AsyncLLM | None = None
+        self.core = CoreSupervisor(config, hang_seconds)
         self.in_flight = 0
+
+    @property
+    def llm(self) -> AsyncLLM | None:
+        return self.core.llm
 
     @property
     def model_id(self) -> str:
         return self.config.model
 
     async def start(self) -> None:
-        self.llm = await asyncio.to_thread(AsyncLLM, self.config)
+        await self.core.start()
 
-    async def close(self) -> None:
-        if self.llm is not None:
-            await asyncio.to_thread(self.llm.shutdown)
+    async def close(self, reason: str = "engine is shut down") -> None:
+        """Shuts the engine down; requests still running fail with `reason` (503)."""
+        await self.core.stop(reason)
 
     def ready(self) -> bool:
-        return self.llm is not None and self.llm.stopped is None
+        return self.core.ready
 
     @property
     def failure(self) -> str | None:
-        """Why a loaded engine serves no more (its process died)."""
-        return self.llm.stopped if self.llm is not None else None
+        """Why a loaded engine serves no requests now (its core died or hung, and is
+        being restarted)."""
+        return self.core.down_reason
+
+    @property
+    def broken(self) -> bool:
+        """Its core could not be restarted, again and again."""
+        return self.core.broken
 
     def models(self) -> list[str]:
         return [self.model_id]
@@ -79,6 +93,9 @@ class InProcessEngine:
     def gauges(self) -> EngineGauges | None:
         if self.llm is None:
             return None
+        restarts = dict(self.core.restarts)
+        if not self.ready():  # the dead core's last numbers are nobody's load now
+            return EngineGauges(model=self.model_id, core_restarts=restarts)
         stats = self.llm.get_stats()
         return EngineGauges(
             model=self.model_id,
@@ -95,10 +112,13 @@ class InProcessEngine:
             steps=stats.steps,
             attention_backend=self.llm.attention_backend,
             decode_steps=self.llm.graph_mode,
+            core_restarts=restarts,
         )
 
     def health(self) -> list[UpstreamHealth]:
-        return [UpstreamHealth("in-process", self.ready(), models=(self.model_id,))]
+        return [
+            UpstreamHealth("in-process", self.ready(), detail=self.failure, models=(self.model_id,))
+        ]
 
     def _too_long(self, job: ChatJob, prompt_tokens: int, at_least: bool = False) -> UpstreamError:
         limit = self.max_model_len
@@ -119,7 +139,7 @@ class InProcessEngine:
         hashing, the tokenizer) spends seconds on it."""
         if self.llm is None:
             return
-        at_least = self.llm.tokenizer.min_tokens(_chars(job))
+        at_least = self.llm.tokenizer.min_tokens(_chars(job)) + _min_template_tokens(job)
         if at_least >= self.max_model_len:
             raise self._too_long(job, at_least, at_least=True)
 
@@ -156,18 +176,13 @@ class InProcessEngine:
             raise UpstreamError(400, str(exc)) from exc
 
     def _admit(self) -> None:
-        """429 unless the request can wait in the engine's queue, or run at once.
+        """429 unless the request has a running slot (max_num_seqs) or a place in the
+        queue (max_waiting) among the requests in flight.
 
-        Queued means admitted and not (yet known to be) running: everything in flight
-        beyond the engine's last reported running count. The engine starts only as many
-        new requests a step as its token budget allows, so a free running slot does not
-        make room in the queue; counting this way keeps semgate_num_requests_waiting
-        (the engine's queue) at or under max_waiting, as the setting says."""
-        assert self.llm is not None
-        running = self.llm.get_stats().num_running
-        queued = self.in_flight - running
-        runs_at_once = queued <= 0 and running < self.config.max_num_seqs
-        if queued >= self.max_waiting and not runs_at_once:
+        Counted here, at admission, not from the engine's reported running count: that
+        lags a step or more behind, so in a burst requests that had free slots were
+        counted as queued and refused (29 of 300, with 320 places)."""
+        if self.in_flight >= self.config.max_num_seqs + self.max_waiting:
             raise UpstreamError(
                 429,
                 "the engine's queue is full; retry shortly",
@@ -179,12 +194,14 @@ class InProcessEngine:
     async def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
         if self.llm is None:
             raise UpstreamError(503, "the engine is still loading", "service_unavailable")
+        if (down := self.failure) is not None:
+            raise _unavailable(down)
         self.refuse_oversized(job)
         self._admit()
         # Counted from admission: a long prompt tokenizing in a thread holds its place.
         self.in_flight += 1
         try:
-            prompt = await run_sized(self._encode, job, _chars(job))
+            prompt = await run_sized(self._encode, job, work_size(job.messages, job.prompt))
             params = self._params(job, len(prompt))
             # aclosing: leaving early aborts the engine request now, not when the
             # generator happens to be garbage-collected.
@@ -211,10 +228,29 @@ class InProcessEngine:
                             cached_tokens=m.num_cached_tokens,
                             timings=_phases(m, finished=True),
                         )
+        except EngineDeadError as exc:  # its core died or hung (the supervisor logs it)
+            raise _unavailable(str(exc)) from exc
         except (RuntimeError, ValueError) as exc:  # an engine step failed (logged there)
             raise UpstreamError(500, "the engine failed on this request", "server_error") from exc
         finally:
             self.in_flight -= 1
+
+
+def _unavailable(reason: str) -> UpstreamError:
+    return UpstreamError(
+        503,
+        f"the engine is unavailable: {reason}; retry shortly",
+        "service_unavailable",
+        code="engine_unavailable",
+        retry_after=2,
+    )
+
+
+def _min_template_tokens(job: ChatJob) -> int:
+    """A lower bound of the tokens the chat template adds, so that many empty messages
+    count too: one a message (templates mark where each starts), less one (a template
+    may fold the system message into the next)."""
+    return max(0, len(job.messages) - 1) if job.prompt is None else 0
 
 
 def _chars(job: ChatJob) -> int:

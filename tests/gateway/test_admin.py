@@ -207,3 +207,46 @@ def test_entry_search_text_cannot_widen_the_filter(admin: httpx.Client):
     assert response.status_code == 200 and response.json()["total"] == 0
     found = admin.get("/admin/cache/entries", params={"tenant": "bob", "q": "lighthouse?"})
     assert found.json()["total"] == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "params", "param"),
+    [
+        ("GET", "/admin/cache/entries", {"offset": 1_000_001}, "offset"),
+        ("GET", "/admin/cache/entries", {"offset": 2**31}, "offset"),
+        ("GET", "/admin/cache/entries", {"tenant": "a\x00b"}, "tenant"),
+        ("GET", "/admin/cache/entries", {"model": "a\x00b"}, "model"),
+        ("DELETE", "/admin/cache", {"tenant": "a\x00b"}, "tenant"),
+        ("DELETE", "/admin/cache", {"model": "\x00"}, "model"),
+    ],
+    ids=[
+        "offset-past-max",
+        "offset-2^31",
+        "nul-tenant",
+        "nul-model",
+        "flush-nul-tenant",
+        "flush-nul-model",
+    ],
+)
+def test_parameters_out_of_range_or_ill_formed_are_400(
+    admin: httpx.Client, method: str, path: str, params: dict[str, object], param: str
+):
+    """RediSearch's own limits (an offset past 1,000,000) and a NUL, which ends the query
+    Redis parses, were 500s."""
+    response = admin.request(method, path, params=params)
+    assert response.status_code in (400, 422), response.text
+    assert response.json()["error"]["param"] == param
+    assert admin.get("/admin/cache/entries", params={"offset": 1_000_000}).status_code == 200
+
+
+def test_seeds_are_bounded_by_the_context_length(admin: httpx.Client):
+    """A 3 MB answer (73 times the context length) was accepted, and then served as a hit
+    with that usage; a seed must fit the model's context, as a generated answer does."""
+    huge = admin.post("/admin/cache/entries", json={"question": "Q?", "answer": "a " * 1_500_000})
+    assert huge.status_code == 400
+    assert huge.json()["error"]["code"] == "context_length_exceeded"
+    # Too long once counted, though short enough for the bound by length alone.
+    words = admin.post("/admin/cache/entries", json={"question": "Q?", "answer": "word " * 9000})
+    assert words.status_code == 400
+    assert "do not fit" in words.json()["error"]["message"]
+    assert admin.get("/admin/cache/entries", params={"q": "word"}).json()["total"] == 0

@@ -1,5 +1,6 @@
-"""What one client sends never freezes the others, and the engine's queue holds what
---max-waiting says: on a gateway of its own (cache on, a waiting room of 4)."""
+"""What one client sends never freezes the others, and the engine admits what
+--max-num-seqs and --max-waiting say: on a gateway of its own (cache on, 8 running slots
+and 4 places in the queue)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ pytestmark = pytest.mark.slow  # starts a server of its own
 
 KEY = "sk-admission"
 HEADERS = {"Authorization": f"Bearer {KEY}"}
-MAX_WAITING = 4
+MAX_NUM_SEQS, MAX_WAITING = 8, 4
+CAPACITY = MAX_NUM_SEQS + MAX_WAITING
 # The issue's reproduction: a body just under the 4 MiB limit, about 818,000 tokens.
 HUGE = "word " * 817_889
 
@@ -30,6 +32,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         [
             "--redis-data-dir", str(redis_dir),
             "--api-keys", f"{KEY}:admission",
+            "--max-num-seqs", str(MAX_NUM_SEQS),
             "--max-waiting", str(MAX_WAITING),
         ]
     )  # fmt: skip
@@ -114,16 +117,20 @@ def test_huge_prompts_are_refused_without_stalling_other_clients(server: Server)
 async def _burst(url: str, n: int) -> tuple[list[httpx.Response], list[float]]:
     limits = httpx.Limits(max_connections=n + 1)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        waiting: list[float] = []
+        held: list[float] = []  # requests in the engine, running or waiting, at each scrape
         stop = asyncio.Event()
 
         async def watch() -> None:
             while not stop.is_set():
                 text = (await client.get("/metrics")).text
-                waiting.append(value_in(text, "semgate_num_requests_waiting"))
+                held.append(
+                    value_in(text, "semgate_num_requests_running")
+                    + value_in(text, "semgate_num_requests_waiting")
+                )
                 await asyncio.sleep(0.02)
 
         watcher = asyncio.create_task(watch())
+        await asyncio.sleep(0.05)  # a first scrape before the burst
         headers = HEADERS | {"Cache-Control": "no-store"}
         responses = await asyncio.gather(
             *[
@@ -137,22 +144,30 @@ async def _burst(url: str, n: int) -> tuple[list[httpx.Response], list[float]]:
         )
         stop.set()
         await watcher
-        return responses, waiting
+        return responses, held
 
 
-def test_the_engine_queue_never_holds_more_than_max_waiting(server: Server):
-    """40 requests at once to an engine that starts one or two new ones a step: 4 may
-    wait, the rest are refused at once (429, Retry-After) instead of queueing behind
-    running slots that the engine cannot fill any faster. --max-waiting 16 used to admit
-    80 requests, 73 of them waiting."""
-    responses, waiting = asyncio.run(_burst(server.url, 40))
+def test_a_burst_within_capacity_is_admitted_whole(server: Server):
+    """As many requests at once as there are running slots and queue places: none is
+    refused. Admission used to count requests as queued until the engine reported them
+    running, a step or more later, so a burst of 300 got 29 429s with 320 places."""
+    responses, held = asyncio.run(_burst(server.url, CAPACITY))
+    assert [r.status_code for r in responses] == [200] * CAPACITY, [r.text for r in responses]
+    assert max(held) <= CAPACITY, held
+
+
+def test_the_engine_never_holds_more_than_its_capacity(server: Server):
+    """40 requests at once: 12 places (8 slots, 4 in the queue); the rest are refused at
+    once (429, Retry-After) instead of waiting without bound. --max-waiting 16 used to
+    admit 80 requests, 73 of them waiting."""
+    responses, held = asyncio.run(_burst(server.url, 40))
     statuses = [r.status_code for r in responses]
     assert set(statuses) <= {200, 429}, statuses
-    assert statuses.count(200) >= MAX_WAITING
+    assert statuses.count(200) >= CAPACITY
     refused = [r for r in responses if r.status_code == 429]
-    assert refused, "a burst ten times the waiting room was admitted whole"
+    assert refused, "a burst over three times the capacity was admitted whole"
     assert refused[0].headers["retry-after"] == "1"
     assert refused[0].json()["error"]["code"] == "engine_overloaded"
-    assert waiting and max(waiting) <= MAX_WAITING, waiting
+    assert held and max(held) <= CAPACITY, held
     wait_for_idle_engine(server)
     assert metric(server, "semgate_num_requests_waiting") == 0

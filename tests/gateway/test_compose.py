@@ -176,3 +176,15 @@ def test_the_image_wheel_holds_every_package_and_entry_point(tmp_path: Path) -> 
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), environment])},
     )  # fmt: skip
     assert imported.returncode == 0, imported.stderr
+
+
+def test_compose_waits_out_the_shutdown_grace() -> None:
+    """Docker's SIGKILL must not come before semgate's drain has ended what runs: each
+    semgate service's stop_grace_period is past its --shutdown-grace."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    for name in ("engine", "gateway"):
+        command = [str(part) for part in services[name]["command"]]
+        grace = float(command[command.index("--shutdown-grace") + 1])
+        period = re.fullmatch(r"(\d+)s", services[name]["stop_grace_period"])
+        assert period is not None and int(period[1]) > grace, name

@@ -179,6 +179,16 @@ def test_missing_key_and_oversized_body(gateway: Server, http: httpx.Client):
     assert_error(http.post("/v1/chat/completions", json=huge), 413)
 
 
+def test_many_empty_messages_are_refused_by_their_number(http: httpx.Client):
+    """100,000 empty messages (3.3 MB, no characters to count): every template adds at
+    least a token a message, so they are refused before the cache or the tokenizer
+    sees them (they took the event loop for 1.6-2.1 s; docs/benchmarks.md)."""
+    body = {**chat_body("Hi"), "messages": [{"role": "user", "content": ""}] * 100_000}
+    error = assert_error(http.post("/v1/chat/completions", json=body), 400)
+    assert error["code"] == "context_length_exceeded"
+    assert "at least 99999 tokens" in error["message"]
+
+
 def test_unknown_route_and_method(http: httpx.Client):
     assert_error(http.get("/v1/nothing-here"), 404)
     assert_error(http.get("/v1/chat/completions"), 405)

@@ -159,6 +159,48 @@ def test_a_killed_embedded_redis_is_restarted_with_its_data(servers: tuple[Serve
     assert "restart 1" in log
 
 
+def test_a_paused_redis_is_skipped_by_the_circuit_breaker(servers: tuple[Server, Server]):
+    """`kill -STOP` of the embedded Redis: it neither exits nor refuses, so only timeouts
+    tell. The admin API answers 503 (it gave 500s), three lookups in a row time out and
+    the breaker opens: chat then skips the cache (it paid the 1 s lookup timeout on
+    every request), and /ready and /metrics say so. After SIGCONT the next probe closes
+    it."""
+    gateway = servers[0]
+    admin = httpx.Client(base_url=gateway.url, headers=ADMIN_HEADERS, timeout=30)
+    assert ready(gateway).json()["cache"] == "up"
+    pid, _ = embedded_redis(gateway)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # Before the breaker opens, each call waits for its Redis command to time out.
+        for refused in (
+            admin.get("/admin/cache/entries"),
+            admin.put("/admin/cache/threshold", json={"default": 0.7}),
+        ):
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["code"] == "cache_unavailable"
+        statuses = [ask(gateway, f"Say {i}.", max_tokens=2).headers["x-cache-status"]
+                    for i in range(5)]  # fmt: skip
+        assert statuses == ["Miss"] * 3 + ["Bypass"] * 2, statuses  # failed open, then skipped
+        down = ready(gateway)
+        assert down.status_code == 200 and down.json()["cache"] == "down"
+        assert "Redis is not answering" in down.json()["cache_detail"]
+        assert metric(gateway, "semgate_cache_circuit_open") == 1
+        assert metric(gateway, "semgate_cache_up") == 0
+        for refused in (
+            admin.get("/admin/cache/entries"),
+            admin.delete("/admin/cache", params={"tenant": "default"}),
+            admin.get("/admin/cache/stats"),
+        ):
+            assert refused.status_code == 503, refused.text
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    until("cache up again", lambda: ask(gateway, "Say ok.", max_tokens=2).headers[
+        "x-cache-status"] == "Miss" and ready(gateway).json()["cache"] == "up")  # fmt: skip
+    assert metric(gateway, "semgate_cache_circuit_open") == 0
+    assert metric(gateway, "semgate_cache_circuit_opens_total") == 1
+    assert "internal error" not in gateway.log()
+
+
 def test_an_unreachable_redis_url_leaves_chat_ready_and_uncached(
     servers: tuple[Server, Server],
 ):

@@ -1,0 +1,83 @@
+"""A circuit breaker on the cache's Redis: a Redis that hangs (paused, swapping, stuck
+on a slow command) answers nothing, and without this every request would wait out the
+lookup's whole timeout before it is answered uncached.
+
+Closed, it counts lookups that timed out waiting on Redis; `after` of them in a row open
+it. Open, the cache is skipped (lookups are bypasses, stores are skipped) for `backoff`
+seconds. Then one lookup is let through as a probe: if it answers, the breaker closes;
+if it times out, the breaker opens again for twice as long (at most `max_backoff`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("semgate.cache")
+
+
+class CircuitBreaker:
+    def __init__(
+        self,
+        after: int = 3,
+        backoff: float = 5.0,
+        max_backoff: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if after < 1 or backoff <= 0:
+            raise ValueError("a circuit breaker needs after >= 1 and backoff > 0")
+        self.after = after
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.clock = clock
+        self.opens = 0  # times it opened (for /metrics)
+        self._timeouts = 0  # in a row
+        self._open_for = 0.0  # this opening's backoff; 0: closed
+        self._until = 0.0  # open until then
+        self._probe_since: float | None = None  # a probe is out (half open)
+
+    @property
+    def open(self) -> bool:
+        """Whether the cache is being skipped (open, or half open with a probe out)."""
+        return self._open_for > 0
+
+    @property
+    def reason(self) -> str | None:
+        if not self.open:
+            return None
+        left = max(0.0, self._until - self.clock())
+        return (
+            f"Redis is not answering: {self._timeouts} lookups in a row timed out; "
+            f"the cache is skipped, tried again in {left:.0f} s"
+        )
+
+    def allows(self) -> bool:
+        """Whether a lookup may ask Redis now. Once the backoff has passed, the first
+        caller is the probe; another is let through if a probe never reported (its
+        request went away) within the backoff."""
+        if not self.open:
+            return True
+        now = self.clock()
+        if now < self._until:
+            return False
+        if self._probe_since is not None and now - self._probe_since < self._open_for:
+            return False
+        self._probe_since = now
+        return True
+
+    def record_success(self) -> None:
+        if self.open:
+            log.info("Redis answers again: cache lookups resume")
+        self._timeouts, self._open_for, self._probe_since = 0, 0.0, None
+
+    def record_timeout(self) -> None:
+        self._timeouts += 1
+        probing = self._probe_since is not None
+        if not probing and (self.open or self._timeouts < self.after):
+            return
+        backoff = min(self.max_backoff, 2 * self._open_for) if probing else self.backoff
+        self._open_for, self._until, self._probe_since = backoff, self.clock() + backoff, None
+        self.opens += 1
+        log.warning("%d cache lookups in a row timed out waiting on Redis: skipping the "
+                    "cache for %.0f s", self._timeouts, backoff)  # fmt: skip

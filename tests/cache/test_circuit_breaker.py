@@ -1,0 +1,77 @@
+"""The cache's circuit breaker on its own, on a clock the test moves (the server test,
+tests/gateway/test_redis_supervision.py, pauses a real Redis)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cache.circuit_breaker import CircuitBreaker
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_it_opens_after_timeouts_in_a_row_and_closes_on_an_answer():
+    clock = Clock()
+    breaker = CircuitBreaker(after=3, backoff=5, clock=clock)
+    for _ in range(2):
+        breaker.record_timeout()
+    breaker.record_success()  # an answer in between: not in a row
+    for _ in range(2):
+        breaker.record_timeout()
+    assert breaker.allows() and not breaker.open and breaker.reason is None
+    breaker.record_timeout()
+    assert breaker.open and breaker.opens == 1
+    assert not breaker.allows()
+    assert "3 lookups in a row timed out" in (breaker.reason or "")
+    clock.now += 5
+    assert breaker.allows()  # the probe
+    assert not breaker.allows()  # one at a time
+    breaker.record_success()
+    assert not breaker.open and breaker.allows() and breaker.reason is None
+
+
+def test_a_failed_probe_doubles_the_backoff_up_to_its_cap():
+    clock = Clock()
+    breaker = CircuitBreaker(after=1, backoff=5, max_backoff=12, clock=clock)
+    breaker.record_timeout()
+    for backoff in (5, 10, 12, 12):
+        clock.now += backoff - 0.1
+        assert not breaker.allows()
+        clock.now += 0.1
+        assert breaker.allows()
+        breaker.record_timeout()  # the probe timed out too
+    assert breaker.opens == 5
+
+
+def test_timeouts_of_lookups_already_in_flight_do_not_extend_it():
+    clock = Clock()
+    breaker = CircuitBreaker(after=2, backoff=5, clock=clock)
+    breaker.record_timeout()
+    breaker.record_timeout()
+    breaker.record_timeout()  # started before it opened
+    clock.now += 5
+    assert breaker.allows() and breaker.opens == 1
+
+
+def test_a_probe_that_never_reports_is_replaced():
+    clock = Clock()
+    breaker = CircuitBreaker(after=1, backoff=5, clock=clock)
+    breaker.record_timeout()
+    clock.now += 5
+    assert breaker.allows()  # its request went away: no record
+    clock.now += 4.9
+    assert not breaker.allows()
+    clock.now += 0.1
+    assert breaker.allows()
+
+
+@pytest.mark.parametrize("after, backoff", [(0, 5.0), (3, 0.0)])
+def test_bad_settings_are_refused(after: int, backoff: float):
+    with pytest.raises(ValueError):
+        CircuitBreaker(after=after, backoff=backoff)
