@@ -29,7 +29,7 @@ from gateway.auth import admin_guard
 from gateway.completions import flatten_messages
 from gateway.errors import CONTEXT_LENGTH_EXCEEDED, APIError, error_response
 from gateway.openapi_docs import error_responses
-from gateway.request_fields import NonBlank, Similarity, Temperature, Ttl
+from gateway.request_fields import TAG_PATTERN, NonBlank, Similarity, Tag, Temperature, Ttl
 from gateway.routes.admin_engine import engine_stats
 from gateway.routes.admin_upstreams import upstreams
 from gateway.runtime import Runtime
@@ -66,8 +66,8 @@ class ThresholdUpdate(msgspec.Struct, forbid_unknown_fields=True):
 class SeedEntry(msgspec.Struct, forbid_unknown_fields=True):
     question: NonBlank
     answer: NonBlank
-    model: str | None = None  # default: the first served model
-    tenant: str = "default"
+    model: Tag | None = None  # default: the first served model
+    tenant: Tag = "default"
     context: list[TextMessage] = msgspec.field(default_factory=list)  # earlier turns
     ttl: Ttl | None = None  # default: the cache TTL
 
@@ -83,10 +83,10 @@ class LookupRequest(msgspec.Struct, forbid_unknown_fields=True):
             for given, other in (("messages", "question"), ("question", "messages"))
         ]
     }  # fmt: skip
-    model: str | None = None
+    model: Tag | None = None
     messages: Annotated[list[TextMessage], Meta(min_length=1)] | None = None
     question: NonBlank | None = None
-    tenant: str = "default"
+    tenant: Tag = "default"
     temperature: Temperature = 0.0
     threshold: Similarity | None = None  # try another without changing the server's
 
@@ -118,6 +118,10 @@ def _redis_failed(_: Request[Any, Any, Any], exc: Exception) -> Response[ErrorRe
     """Redis lost, hanging or refusing after `_cache` found it up (the supervisor or the
     circuit breaker notices within a moment): 503, never a 500."""
     return error_response(_redis_down(f"{type(exc).__name__}: {exc}"))
+
+
+# The document states the pattern; `_tag` checks it, with a 400 naming the parameter.
+_TAG_PARAMETER = Parameter(default=None, schema_extra={"pattern": TAG_PATTERN})
 
 
 def _tag(value: str | None, param: str) -> str | None:
@@ -190,8 +194,8 @@ async def stats(runtime: Runtime) -> dict[str, Any]:
 )
 async def list_entries(
     runtime: Runtime,
-    tenant: str | None = None,
-    model: str | None = None,
+    tenant: str | None = _TAG_PARAMETER,
+    model: str | None = _TAG_PARAMETER,
     q: str | None = Parameter(default=None, description="words in the question"),
     # The bound twice: Litestar leaves a bound of 0 out of the document (see
     # gateway/openapi_docs.py), and struct_schemas reaches bodies, not query parameters.
@@ -208,7 +212,6 @@ async def list_entries(
 async def seed_entry(data: SeedEntry, runtime: Runtime) -> EntryView:
     cache = _cache(runtime)
     model = _model(runtime, data.model)
-    _tag(data.tenant, "tenant")
     context = flatten_messages(data.context) if data.context else []
     counter = token_counter(runtime.upstream, model)
     prompt = [*context, {"role": "user", "content": data.question}]
@@ -279,8 +282,8 @@ async def delete_entry(entry_id: str, runtime: Runtime) -> None:
         "flushed.", status_code=200, responses=ADMIN_ERRORS)  # fmt: skip
 async def flush(
     runtime: Runtime,
-    tenant: str | None = None,
-    model: str | None = None,
+    tenant: str | None = _TAG_PARAMETER,
+    model: str | None = _TAG_PARAMETER,
     everything: bool = Parameter(
         query="all", default=False, description="without a filter: flush every entry"
     ),
@@ -298,7 +301,6 @@ async def flush(
       dto=StrictJSON[LookupRequest], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
 async def lookup(data: LookupRequest, runtime: Runtime) -> LookupView:
     cache = _cache(runtime)
-    _tag(data.tenant, "tenant")
     if (data.messages is None) == (data.question is None):
         raise APIError(400, "give `messages` or `question`, not both", param="question")
     if data.messages is not None:

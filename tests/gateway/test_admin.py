@@ -239,6 +239,18 @@ def test_parameters_out_of_range_or_ill_formed_are_400(
     assert admin.get("/admin/cache/entries", params={"offset": 1_000_000}).status_code == 200
 
 
+@pytest.mark.parametrize("path", ["/admin/cache/entries", "/admin/cache/lookup"])
+def test_control_characters_in_a_body_tenant_are_400(admin: httpx.Client, path: str):
+    response = admin.post(
+        path,
+        json={"question": "Q?", "answer": "A.", "tenant": "a\x00b"}
+        if path.endswith("entries")
+        else {"question": "Q?", "tenant": "\t"},
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "tenant"
+
+
 def test_seeds_are_bounded_by_the_context_length(admin: httpx.Client):
     """A 3 MB answer (73 times the context length) was accepted, and then served as a hit
     with that usage; a seed must fit the model's context, as a generated answer does."""

@@ -52,7 +52,6 @@ def test_schemathesis_finds_no_server_error_nor_disagreement(fuzzed: Server, tmp
         "--checks", "all", "--exclude-checks", "positive_data_acceptance",
         "--max-examples", str(EXAMPLES), "--seed", "41", "--workers", "1",
         "--request-timeout", "120", "--continue-on-failure",
-        "--generation-allow-x00", "false",  # until issue 38: tests/gateway/openapi_checks.py
     ]  # fmt: skip
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.gateway.openapi_checks",
            "PYTHONPATH": str(ROOT)}  # fmt: skip
