@@ -19,6 +19,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
@@ -68,6 +69,21 @@ class StepReport:
     failures: list[RequestFailure]
     stats: EngineStats
     step: StepTime | None  # the step it follows; None after messages only (or a failed step)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # The outputs travel as plain tuples: a NamedTuple pickles through a Python call
+        # per item, 7x a tuple's cost (45 us of a 64-request step's 1.1 ms host time).
+        outputs = [tuple(out) for out in self.outputs]
+        return _step_report, (outputs, self.failures, self.stats, self.step)
+
+
+def _step_report(
+    outputs: list[tuple[Any, ...]],
+    failures: list[RequestFailure],
+    stats: EngineStats,
+    step: StepTime | None,
+) -> StepReport:
+    return StepReport([CoreOutput._make(out) for out in outputs], failures, stats, step)
 
 
 ClientMessage = AddRequest | AbortRequest | None  # None: shut down
