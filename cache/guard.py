@@ -39,6 +39,7 @@ from cache.guard_compare import (
     AUDIENCES,
     CONTRASTS,
     IMPLIED_NEGATIVES,
+    SYNONYMS,
     alike,
     anchored_negations,
     comparable_units,
@@ -370,11 +371,21 @@ def _answer_type(f: Features) -> int | None:
     return None
 
 
+def _same_words(ca: list[str], cb: list[str]) -> bool:
+    """The same content words (stems), in order, each the other's or a listed synonym
+    ("built" and "constructed"). Not `alike`'s looser kin: "button" is not "buttonhole",
+    nor "linux" "ubuntu"."""
+    return len(ca) == len(cb) and all(
+        x == y or y in SYNONYMS.get(x, ()) for x, y in zip(ca, cb, strict=True)
+    )
+
+
 def pair_features(
     a: Features, b: Features, similarity: float, grey: Collection[str]
 ) -> dict[str, float]:
     """What the verifier weighs of a pair the certain rules passed: the similarity; whether
-    the two have the same content words (framing words aside) and, when not, how much of
+    the two have the same content words (framing words aside, synonyms alike) and, when
+    not, how much of
     their wording they share (all words: in common, in the same order, as adjacent pairs;
     content words in common, whether each side has one the other lacks, a word exchanged,
     and how many one side adds): a pair that keeps most words but changes one is another
@@ -394,7 +405,7 @@ def pair_features(
         for i, w in zip(b.content_at, b.content, strict=True)
         if w not in _FRAMING and (i != tb or ta is not None)
     ]
-    differs = float(ca != cb)
+    differs = float(not _same_words(ca, cb))
     shared = overlap_features(a.words, b.words)
     only = (len(set(ca) - set(cb)), len(set(cb) - set(ca)))
     union = set(ca) | set(cb)

@@ -43,8 +43,9 @@ def test_entries_the_caller_cannot_serve_are_passed_over(
     first = CompletionOutcome("Paris.", "stop")
     second = CompletionOutcome("The capital of France is Paris.", "stop")
     run(cache.store_answer(ask("What is the capital of France?", tenant), first))
-    run(cache.store_answer(ask("What's the capital city of France?", tenant), second))
-    query = ask("Tell me the capital city of France", tenant)
+    # Wordings whose content words are the same, so the verifier's verdict is not close.
+    run(cache.store_answer(ask("What's the capital of France?", tenant), second))
+    query = ask("Tell me the capital of France", tenant)
 
     longer_one = run(cache.lookup(query, accept=lambda entry: entry.response != "Paris."))
     assert longer_one.hit is not None and longer_one.hit.entry.response == second.text
