@@ -15,13 +15,10 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -33,6 +30,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from bench.probe import probed
 from bench.report import median, write_report
 from engine.config import DEFAULT_MODEL
 from gateway.serve_process import ServeProcess, serving
@@ -47,39 +45,20 @@ GRACE_S = 3
 STREAMS = 5
 SEED = {"question": "What survives a dead engine?", "answer": "The cache.", "tenant": "faults"}
 
-PROBE = """
-import json, sys, threading, time, httpx
-stop = threading.Event()
-threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-waits = []
-with httpx.Client(timeout=120) as client:
-    while not stop.is_set():
-        t0 = time.perf_counter()
-        try:
-            client.get(sys.argv[1])
-        except httpx.TransportError:
-            pass
-        waits.append(time.perf_counter() - t0)
-        time.sleep(0.01)
-print(json.dumps(waits))
-"""
-
 
 def worst_health_wait(server: ServeProcess, work: Callable[[ServeProcess], str]) -> dict[str, Any]:
     """`work` while a probe process polls /health: its worst wait, and what work saw."""
-    probe = subprocess.Popen(
-        [sys.executable, "-c", PROBE, server.url + "/health"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(1.0)  # the probe's interpreter is up and polling
-    t0 = time.perf_counter()
-    outcome = work(server)
-    seconds = time.perf_counter() - t0
-    time.sleep(0.3)
-    out, _ = probe.communicate("", timeout=300)
-    return {"worst_ms": max(json.loads(out)) * 1000, "answered_s": seconds, "answer": outcome}
+    with probed(server.url + "/health") as probe:
+        t0 = time.perf_counter()
+        outcome = work(server)
+        seconds = time.perf_counter() - t0
+        time.sleep(0.3)
+    return {
+        "worst_ms": max(probe.waits) * 1000,
+        "failed_probes": probe.failures,
+        "answered_s": seconds,
+        "answer": outcome,
+    }
 
 
 def big_header(server: ServeProcess) -> str:

@@ -263,9 +263,10 @@ def _bench_misses(
         served = _server_e2e_sum(client, label) - before
         if served > 0:  # else it was served under another status
             framing[mode].append(elapsed - served)
-        lookup_ms = server_timing.parse(resp.headers.get("server-timing", "")).get("cache")
-        if mode == "miss" and lookup_ms is not None:
-            lookups.append(lookup_ms / 1e3)
+        if mode == "miss":
+            timings = server_timing.parse(resp.headers.get("server-timing", ""))
+            if "cache" in timings:
+                lookups.append(timings["cache"] / 1e3)
         return (
             elapsed,
             data.get("usage", {}).get("completion_tokens"),

@@ -35,19 +35,9 @@ from typing import Any
 
 import torch
 
-from bench.gpu_models import export_tokenizer, fa4_against_reference, random_model
+from bench.gpu_models import PROMPTS, export_tokenizer, fa4_against_reference, random_model
 from engine import LLM, EngineConfig, SamplingParams
 
-PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a land far away,",
-    "The three laws of thermodynamics are",
-    "import numpy as np\nx = np.",
-    "Q: What is 2+2?\nA:",
-    "Translate to German: good morning",
-    "The quick brown fox",
-]
 GOALS = {"batch1_vs_hf_static": 2.0, "batch64x256_tok_s": 15000.0}
 
 

@@ -25,6 +25,17 @@ SHAPES = {
     ),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# What the GPU check and tests generate from: prose, code and a question, 8 in a batch.
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a land far away,",
+    "The three laws of thermodynamics are",
+    "import numpy as np\nx = np.",
+    "Q: What is 2+2?\nA:",
+    "Translate to German: good morning",
+    "The quick brown fox",
+]
 
 
 def export_tokenizer(out: Path) -> None:

@@ -14,6 +14,8 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -37,6 +39,51 @@ def describe_exit(status: int) -> str:
     return f"exit status {status}"
 
 
+T = TypeVar("T")
+
+
+class RestartBackoff:
+    """Restarts with growing delays (`delays`, the last one repeating), back to the first
+    once a run stayed up `stable_seconds`. Each try runs in a thread, which cancelling
+    the caller cannot stop: `pending` is the try under way, for a stop() to wait on."""
+
+    def __init__(self, delays: tuple[float, ...], stable_seconds: float) -> None:
+        self.delays = delays
+        self.stable_seconds = stable_seconds
+        self.tries = 0  # since the last run that stayed up stable_seconds
+        self.up_since = self.down_since = time.monotonic()
+        self.pending: asyncio.Future[Any] | None = None
+
+    def went_down(self) -> None:
+        self.down_since = time.monotonic()
+        if self.down_since - self.up_since >= self.stable_seconds:
+            self.tries = 0
+
+    @property
+    def delay(self) -> float:
+        """Before the next try."""
+        return self.delays[min(self.tries, len(self.delays) - 1)]
+
+    @property
+    def down_seconds(self) -> float:
+        """How long the last outage lasted, once it is over."""
+        return self.up_since - self.down_since
+
+    async def attempt(self, start: Callable[[], T]) -> T:
+        """After the delay, `start()` in a thread: what it returns, or raises."""
+        await asyncio.sleep(self.delay)
+        self.tries += 1
+        pending = asyncio.ensure_future(asyncio.to_thread(start))
+        self.pending = pending
+        try:
+            result = await asyncio.shield(pending)
+        finally:
+            if pending.done():
+                self.pending = None
+        self.up_since = time.monotonic()
+        return result
+
+
 class RedisSupervisor:
     """`up` and `down_reason` are the cache's state as /ready and the admin API report
     it; `restarts` counts the embedded server's restarts that came up."""
@@ -48,9 +95,7 @@ class RedisSupervisor:
         self.down_reason: str | None = None
         self.restarts = 0
         self._task: asyncio.Task[None] | None = None
-        # A restart runs in a thread, which cancelling the watch cannot stop: stop()
-        # waits for it before anyone stops the server under it.
-        self._restarting: asyncio.Future[None] | None = None
+        self._backoff = RestartBackoff(RESTART_DELAYS, STABLE_SECONDS)
 
     def start(self) -> None:
         watch = self._watch_process() if self.server is not None else self._watch_pings()
@@ -61,8 +106,9 @@ class RedisSupervisor:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._restarting is not None:
-            await asyncio.wait([self._restarting])
+        # A restart under way: waited for before anyone stops the server under it.
+        if self._backoff.pending is not None:
+            await asyncio.wait([self._backoff.pending])
 
     def _down(self, reason: str) -> None:
         self.up, self.down_reason = False, reason
@@ -73,44 +119,31 @@ class RedisSupervisor:
     async def _watch_process(self) -> None:
         server = self.server
         assert server is not None
-        failures = 0  # restart tries since the server last stayed up STABLE_SECONDS
-        up_since = time.monotonic()
+        backoff = self._backoff
         while True:
             await asyncio.sleep(POLL_SECONDS)
             pid, status = server.pid, server.poll()
             if status is None:
                 continue
-            down_since = time.monotonic()
-            if down_since - up_since >= STABLE_SECONDS:
-                failures = 0
+            backoff.went_down()
             exited = describe_exit(status)
             self._down(f"the embedded Redis exited ({exited}) and is being restarted")
-            delay = RESTART_DELAYS[min(failures, len(RESTART_DELAYS) - 1)]
             log.warning("embedded Redis (pid %s) exited (%s): serving uncached, restarting "
-                        "it in %.1f s", pid, exited, delay)  # fmt: skip
+                        "it in %.1f s", pid, exited, backoff.delay)  # fmt: skip
             while True:
-                await asyncio.sleep(delay)
-                failures += 1
-                restarting = asyncio.ensure_future(asyncio.to_thread(server.restart))
-                self._restarting = restarting
                 try:
-                    await asyncio.shield(restarting)
+                    await backoff.attempt(server.restart)
                     break
                 except Exception as exc:
-                    delay = RESTART_DELAYS[min(failures, len(RESTART_DELAYS) - 1)]
                     log.error("embedded Redis did not restart (%s): next try in %.1f s",
-                              exc, delay)  # fmt: skip
-                finally:
-                    if restarting.done():
-                        self._restarting = None
+                              exc, backoff.delay)  # fmt: skip
             # The pool's connections died with the old server: drop them, so that no
             # command is sent on one; new ones are made on demand.
             await self.client.connection_pool.disconnect()
             self.restarts += 1
-            up_since = time.monotonic()
             self._back_up()
             log.info("embedded Redis restarted (pid %s, restart %d) after %.1f s down: cache "
-                     "back on", server.pid, self.restarts, up_since - down_since)  # fmt: skip
+                     "back on", server.pid, self.restarts, backoff.down_seconds)  # fmt: skip
 
     async def _watch_pings(self) -> None:
         while True:

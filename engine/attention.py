@@ -112,6 +112,20 @@ class PagedLayout:
     def create(cls, spec: AttentionSpec) -> PagedLayout:
         return cls(spec)
 
+    @staticmethod
+    def write_kv(
+        kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Writes the step's keys and values ([tokens, kv_heads, head_dim]) into their
+        slots of a layer's cache in the common layout (a cache of another dtype stores
+        them rounded); returns its K and V. The CPU kernel, which keeps its keys in
+        another order, writes its own."""
+        k_cache, v_cache = kv_cache[0], kv_cache[1]
+        kv_heads, head_dim = k_cache.shape[-2:]
+        k_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+        v_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+        return k_cache, v_cache
+
     def allocate_kv_cache(
         self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
     ) -> list[torch.Tensor]:

@@ -126,10 +126,7 @@ class FlashAttention(PagedLayout):
         meta: FlashAttentionMetadata,
     ) -> torch.Tensor:
         num_tokens, _, head_dim = q.shape
-        k_cache, v_cache = kv_cache[0], kv_cache[1]
-        kv_heads = k_cache.shape[-2]
-        k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
-        v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
+        k_cache, v_cache = self.write_kv(kv_cache, k, v, meta.slot_mapping)
         out, _ = self.varlen(
             q,
             k_cache,

@@ -99,12 +99,9 @@ class TorchAttention(PagedLayout):
         meta: TorchAttentionMetadata,
     ) -> torch.Tensor:
         num_tokens, num_heads, head_dim = q.shape
-        k_cache, v_cache = kv_cache[0], kv_cache[1]
-        kv_heads = k_cache.shape[-2]
         # A cache of another dtype (kv_cache_dtype) stores rounded keys and values;
         # attention runs in the model's dtype on them, widened back.
-        k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
-        v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
+        k_cache, v_cache = self.write_kv(kv_cache, k, v, meta.slot_mapping)
         short = meta.short
         if not meta.chunks:  # only short queries: nothing to assemble
             assert short is not None

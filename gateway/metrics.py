@@ -107,28 +107,17 @@ class _LiveCollector(Collector):
             ("stores", "Answers stored.", s.stores),
         ):  # fmt: skip
             yield CounterMetricFamily(f"semgate_cache_{name}", doc, value)
-        hits = CounterMetricFamily(
-            "semgate_cache_hits",
-            "Cache hits by tier (exact, semantic-english, semantic-multilingual).",
-            labels=["tier"],
-        )
-        for tier, count in sorted(s.hits_by_tier.items()):
-            hits.add_metric([tier], count)
-        yield hits
-        errors = CounterMetricFamily(
-            "semgate_cache_errors", "Cache failures (served as misses) by kind.", labels=["kind"]
-        )
-        for kind, count in sorted(s.errors.items()):
-            errors.add_metric([kind], count)
-        yield errors
-        rules = CounterMetricFamily(
-            "semgate_cache_guard_rejections_by_rule",
-            "Candidates the guard rejected, by the rule that fired.",
-            labels=["rule"],
-        )
-        for rule, count in sorted(s.rejections_by_rule.items()):
-            rules.add_metric([rule], count)
-        yield rules
+        for name, doc, label, counts in (
+            ("hits", "Cache hits by tier (exact, semantic-english, semantic-multilingual).",
+             "tier", s.hits_by_tier),
+            ("errors", "Cache failures (served as misses) by kind.", "kind", s.errors),
+            ("guard_rejections_by_rule", "Candidates the guard rejected, by the rule that fired.",
+             "rule", s.rejections_by_rule),
+        ):  # fmt: skip
+            family = CounterMetricFamily(f"semgate_cache_{name}", doc, labels=[label])
+            for value, count in sorted(counts.items()):
+                family.add_metric([value], count)
+            yield family
         yield _similarity_histogram(s)
         yield from _saved(s)
 

@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter
 
+from cache.supervisor import RestartBackoff
 from engine import AsyncLLM, EngineConfig
 
 log = logging.getLogger("semgate.engine")
@@ -43,9 +44,7 @@ class CoreSupervisor:
         self._hung: AsyncLLM | None = None  # the core the watchdog killed for a hang
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
-        # A load runs in a thread that cancelling the watch cannot stop: stop() waits for
-        # it, and shuts down what it started.
-        self._loading: asyncio.Future[AsyncLLM] | None = None
+        self._backoff = RestartBackoff(RESTART_DELAYS, STABLE_SECONDS)
 
     async def start(self) -> None:
         """Loads the first core (its failure is raised: nothing to restart yet), then
@@ -62,11 +61,12 @@ class CoreSupervisor:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._loading is not None:
-            await asyncio.wait([self._loading])
-            if not self._loading.cancelled() and self._loading.exception() is None:
-                self.llm = self._loading.result()
-            self._loading = None
+        # A load under way: waited for, and what it started is shut down below.
+        loading = self._backoff.pending
+        if loading is not None:
+            await asyncio.wait([loading])
+            if not loading.cancelled() and loading.exception() is None:
+                self.llm = loading.result()
         if self.llm is not None:
             await asyncio.to_thread(self.llm.shutdown, reason)
 
@@ -110,35 +110,24 @@ class CoreSupervisor:
                 llm.kill_core(reason)
 
     async def _watch(self) -> None:
-        failures = 0  # restarts since the core last stayed up STABLE_SECONDS
-        up_since = time.monotonic()
+        backoff = self._backoff
         while True:
             await asyncio.sleep(POLL_SECONDS)
             llm = self.llm
             if llm is None or llm.stopped is None:
                 continue
-            down_since = time.monotonic()
-            if down_since - up_since >= STABLE_SECONDS:
-                failures = 0
+            backoff.went_down()
             cause = "hung" if llm is self._hung else "exited"
             log.error("%s: restarting the engine core; its requests failed", llm.stopped)
             await asyncio.to_thread(llm.shutdown)  # reaps the process, joins its reader
             while True:
-                await asyncio.sleep(RESTART_DELAYS[min(failures, len(RESTART_DELAYS) - 1)])
-                failures += 1
-                loading = asyncio.ensure_future(asyncio.to_thread(AsyncLLM, self.config))
-                self._loading = loading
                 try:
-                    self.llm = await asyncio.shield(loading)
+                    self.llm = await backoff.attempt(lambda: AsyncLLM(self.config))
                     break
                 except Exception as exc:
                     self.failed_loads += 1
-                    log.error("the engine core did not restart (try %d): %s", failures, exc)
-                finally:
-                    if loading.done():
-                        self._loading = None
+                    log.error("the engine core did not restart (try %d): %s", backoff.tries, exc)
             self.failed_loads = 0
             self.restarts[cause] += 1
-            up_since = time.monotonic()
             log.info("engine core restarted after %.1f s down (%s; restart %d)",
-                     up_since - down_since, cause, self.restarts.total())  # fmt: skip
+                     backoff.down_seconds, cause, self.restarts.total())  # fmt: skip

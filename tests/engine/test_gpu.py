@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.gpu_models import fa4_against_reference, random_model
+from bench.gpu_models import PROMPTS, fa4_against_reference, random_model
 from engine import LLM, EngineConfig, SamplingParams
 from engine.flash_attention import flash_kernel
 
@@ -23,16 +23,6 @@ pytestmark = [
 ]
 needs_fa4 = pytest.mark.skipif(flash_kernel() is None, reason="needs flash-attn-4 ([gpu] extra)")
 
-PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a land far away,",
-    "The three laws of thermodynamics are",
-    "import numpy as np\nx = np.",
-    "Q: What is 2+2?\nA:",
-    "Translate to German: good morning",
-    "The quick brown fox",
-]
 GREEDY = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
 
 

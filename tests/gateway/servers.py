@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.probe import probed
 from cache.redis_server import free_port
 from gateway.serve_process import ServeProcess as Server
 from gateway.serve_process import serving
@@ -23,7 +20,9 @@ __all__ = [
     "free_port",
     "metric",
     "probed",
+    "ready",
     "serving",
+    "until",
     "value_in",
     "wait_for_idle_engine",
 ]
@@ -63,6 +62,19 @@ ENGINE_GAUGES = (
 )
 
 
+def until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+    """Polls `check` until it holds (a hang guard, not a timing bound)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.02)
+
+
+def ready(server: Server) -> httpx.Response:
+    return httpx.get(server.url + "/ready", timeout=10)
+
+
 def wait_for_idle_engine(server: Server, timeout: float = 10) -> None:
     """Waits until the engine reports nothing running, waiting or in the KV cache. The
     engine core is a child process that applies aborts and reports its gauges after the
@@ -74,33 +86,3 @@ def wait_for_idle_engine(server: Server, timeout: float = 10) -> None:
         if not any(value_in(text, g) for g in ENGINE_GAUGES):
             return
         time.sleep(0.05)
-
-
-_PROBE = """
-import json, sys, threading, time, httpx
-stop = threading.Event()
-threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-waits = []
-with httpx.Client(timeout=60) as client:
-    while not stop.is_set():
-        t0 = time.perf_counter()
-        client.get(sys.argv[1]).raise_for_status()
-        waits.append(time.perf_counter() - t0)
-        time.sleep(0.01)
-print(json.dumps(waits))
-"""
-
-
-@contextlib.contextmanager
-def probed(url: str) -> Iterator[list[float]]:
-    """GETs `url` every 10 ms from another process while the block runs (a probe in this
-    process would wait on this process's own load); the list fills with the waits, in
-    seconds, when the block ends."""
-    waits: list[float] = []
-    command = [sys.executable, "-c", _PROBE, url]
-    probe = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        yield waits
-    finally:
-        out, _ = probe.communicate(input="", timeout=60)
-        waits.extend(json.loads(out))

@@ -12,15 +12,14 @@ import contextlib
 import json
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.gateway.conftest import chat_body
-from tests.gateway.servers import Server, metric, serving
+from tests.gateway.servers import Server, metric, ready, serving, until
 
 pytestmark = pytest.mark.slow  # starts a server of its own
 
@@ -59,19 +58,6 @@ def core_pid(server: Server) -> int:
     children = [int(p) for f in tasks.glob("*/children") for p in f.read_text().split()]
     (pid,) = [p for p in children if b"core_process" in Path(f"/proc/{p}/cmdline").read_bytes()]
     return pid
-
-
-def until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
-    """Polls `check` until it holds (a hang guard, not a timing bound)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.02)
-
-
-def ready(server: Server) -> httpx.Response:
-    return httpx.get(server.url + "/ready", timeout=10)
 
 
 def ask(server: Server, question: str, **kw: object) -> httpx.Response:

@@ -14,7 +14,7 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 from cache import EmbeddedRedis
 from cache.supervisor import RedisSupervisor
 from tests.gateway.conftest import ADMIN, chat_body, settle
-from tests.gateway.servers import Server, free_port, metric, serving
+from tests.gateway.servers import Server, free_port, metric, ready, serving, until
 
 pytestmark = pytest.mark.slow  # starts two servers of its own
 
@@ -48,19 +48,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, 
     )
     with serving(embedded, unreachable):
         yield embedded, unreachable
-
-
-def until(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
-    """Polls `check` until it holds (a hang guard, not a timing bound)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.02)
-
-
-def ready(server: Server) -> httpx.Response:
-    return httpx.get(server.url + "/ready", timeout=10)
 
 
 def ask(server: Server, question: str, **kw: object) -> httpx.Response:
