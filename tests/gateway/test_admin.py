@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import ALICE, SYSTEM, messages
+from tests.gateway.conftest import ALICE, SYSTEM, messages, settle
 from tests.gateway.servers import MODEL, Server
 
 pytestmark = pytest.mark.usefixtures("fresh")
@@ -23,9 +23,12 @@ def restore_threshold(admin: httpx.Client) -> Iterator[None]:
 
 
 def status_of(client: openai.OpenAI, question: str) -> str:
+    """The cache status of `question`'s answer, once that answer is stored (a miss's
+    store ends just after its response: asking again at once would race it)."""
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=messages(question), temperature=0, max_tokens=96
     )
+    settle(str(client.base_url).removesuffix("/").removesuffix("/v1"))
     return raw.headers["x-cache-status"]
 
 
