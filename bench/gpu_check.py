@@ -14,13 +14,17 @@ tokenizer files carried in; see scripts/gpu-check and docs/development.md):
 
 `--export-tokenizer DIR` (on the CPU machine) writes the tokenizer files it needs.
 `--device cpu --quick` runs the same code on a CPU (flash_reference for flash, no
-graphs, small sizes): what tests/bench/test_gpu_check.py runs.
+graphs, small sizes), to check the script itself (~4 minutes here: not in the suite).
+
+Each stage's results are written to `--out` as they come, and a failing stage ends the
+run with its traceback in the JSON: a GPU session is short, and what ran is kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.metadata
 import json
 import os
 import statistics
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -87,7 +92,15 @@ class Check:
         from transformers import LlamaForCausalLM
 
         greedy = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
-        llm = self.engine(path, dtype="float32", attention_backend="torch")
+        # Unquantized weights and a float32 KV cache on either device (a CPU's defaults
+        # are int4 and bfloat16).
+        llm = self.engine(
+            path,
+            dtype="float32",
+            attention_backend="torch",
+            quantization="none",
+            kv_cache_dtype="float32",
+        )
         outs = llm.generate(PROMPTS, greedy)
         release(llm)
         hf = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
@@ -210,22 +223,36 @@ def release(obj: Any) -> None:
         torch.cuda.empty_cache()
 
 
+GPU_TESTS_TIMEOUT_S = 420
+
+
 def run_gpu_tests(tokenizer_dir: Path) -> dict[str, Any]:
-    """`pytest -m gpu` in a child process; its counts and failures from JUnit XML."""
+    """`pytest -m gpu` in a child process; its counts and failures from JUnit XML. Without
+    the conftests: they load the cache's fixtures, whose packages (redis, langid) a GPU
+    machine need not have, and tests/engine/test_gpu.py uses none of them."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "gpu.xml"
         started = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-             "tests/engine/test_gpu.py", f"--junitxml={report}"],
-            env={**os.environ, "SEMGATE_GPU_TOKENIZER": str(tokenizer_dir)},
-            capture_output=True,
-            text=True,
-        )  # fmt: skip
-        result: dict[str, Any] = {"exit_code": proc.returncode}
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+                 "--noconftest", "tests/engine/test_gpu.py", f"--junitxml={report}"],
+                env={**os.environ, "SEMGATE_GPU_TOKENIZER": str(tokenizer_dir)},
+                capture_output=True,
+                text=True,
+                timeout=GPU_TESTS_TIMEOUT_S,
+            )  # fmt: skip
+            result: dict[str, Any] = {"exit_code": proc.returncode}
+            output = proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            result = {"exit_code": None, "timed_out_after_s": GPU_TESTS_TIMEOUT_S}
+            output = "".join(
+                part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+                for part in (exc.stdout, exc.stderr)
+            )
         result["seconds"] = round(time.perf_counter() - started, 1)
         if not report.is_file():
-            result["output_tail"] = (proc.stdout + proc.stderr)[-3000:]
+            result["output_tail"] = output[-3000:]
             return result
         cases = ET.parse(report).getroot().iter("testcase")
         outcomes = {}
@@ -244,24 +271,24 @@ def run_gpu_tests(tokenizer_dir: Path) -> dict[str, Any]:
         return result
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, result: dict[str, Any], saved: Callable[[], None]) -> None:
+    """Fills `result` stage by stage, calling `saved` after each."""
     from transformers import LlamaForCausalLM
 
     started = time.perf_counter()
     check = Check(args.device, args.quick)
-    result: dict[str, Any] = {
-        "device": torch.cuda.get_device_name() if check.device.type == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-    }
+    result["device"] = torch.cuda.get_device_name() if check.device.type == "cuda" else "cpu"
+    result["torch"] = torch.__version__
+    result["cuda"] = torch.version.cuda
     if check.device.type == "cuda":
-        import flash_attn
-
-        result["flash_attn"] = getattr(flash_attn, "__version__", "?")
+        result["flash_attn"] = importlib.metadata.version("flash-attn-4")
         result["pytest_gpu"] = run_gpu_tests(args.tokenizer_dir)
+        saved()
         result["fa4_vs_reference_max_abs_diff"] = fa4_against_reference()
+        saved()
     path = random_model(args.tokenizer_dir)
     result["fp32_greedy_agreement"] = check.fp32_agreement(path)
+    saved()
     dtype = torch.bfloat16 if check.device.type == "cuda" else torch.float32
     hf = LlamaForCausalLM.from_pretrained(path, dtype=dtype).to(check.device).eval()
     rows, tokens1 = check.batch1(path, hf)
@@ -270,8 +297,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["batch1_tok_s_median_after_first"] = {
         k: statistics.median(r[k] for r in later) for k in rows[0]
     }
+    saved()
     result["batch64"], tokens64 = check.batch64(path, hf)
     release(hf)
+    saved()
     result["graphs_equal_eager_flash"] = {
         "batch1": tokens1["engine_flash_graphs"] == tokens1["engine_eager_flash"],
         "batch64_requests_equal": sum(
@@ -282,6 +311,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ),
         "of": check.requests,
     }
+    saved()
     result["profile"] = check.profile(path)
     medians = result["batch1_tok_s_median_after_first"]
     if "hf_static_cache" in medians:
@@ -294,7 +324,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             },
         }
     result["seconds"] = round(time.perf_counter() - started, 1)
-    return result
 
 
 def main() -> None:
@@ -310,11 +339,20 @@ def main() -> None:
     if args.export_tokenizer:
         export_tokenizer(args.export_tokenizer)
         return
-    result = run(args)
-    text = json.dumps(result, indent=1)
-    if args.out:
-        args.out.write_text(text)
-    print(text)
+    result: dict[str, Any] = {}
+
+    def saved() -> None:
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1))
+
+    try:
+        run(args, result, saved)
+    except Exception:
+        result["error"] = traceback.format_exc()[-4000:]
+    saved()
+    print(json.dumps(result, indent=1))
+    if "error" in result:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

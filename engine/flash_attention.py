@@ -96,8 +96,10 @@ class FlashAttention(PagedLayout):
     def unsupported(spec: AttentionSpec) -> str | None:
         if spec.device.type != "cuda":
             return "needs an NVIDIA GPU"
-        if torch.cuda.get_device_capability(spec.device)[0] < 8:
-            return "needs an NVIDIA GPU of compute capability 8.0 or newer"
+        # flash-attn-4 reads a paged KV cache on sm90 (Hopper) and sm100/sm110
+        # (Blackwell) only: its sm80 and sm120 kernels assert page_table is None.
+        if torch.cuda.get_device_capability(spec.device)[0] not in (9, 10, 11):
+            return "needs a Hopper or Blackwell data-center GPU (compute capability 9.x-11.x)"
         if flash_kernel() is None:
             return "needs flash-attn-4 (pip install -e '.[gpu]')"
         if spec.dtype not in (torch.bfloat16, torch.float16):

@@ -78,6 +78,19 @@ def test_graph_replays_equal_the_same_steps_run_eagerly(model_dir):
     assert graphed == eager
 
 
+@needs_fa4
+def test_the_engine_on_flash_begins_as_on_its_reference(model_dir):
+    """The engine's own path to the kernel (its paged layout, page table and metadata
+    buffers), not only the kernel: bf16, eager, the same first tokens as the engine on
+    the plain-torch reference on most prompts (near-ties of a random model may differ)."""
+    first = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    runs = []
+    for backend in ("flash", "flash_reference"):
+        with _engine(model_dir, attention_backend=backend, enforce_eager=True) as llm:
+            runs.append([o.token_ids for o in llm.generate(PROMPTS, first)])
+    assert sum(a[0] == b[0] for a, b in zip(*runs, strict=True)) >= 7
+
+
 def test_float32_greedy_matches_transformers(model_dir):
     from transformers import LlamaForCausalLM
 
