@@ -17,6 +17,12 @@ DATA = Path(__file__).parents[2] / "data"
 
 NEAR_MISSES = [
     ("Convert 100 °F to Celsius", "Convert 100 °C to Fahrenheit", {"units", "order"}),
+    # A scale after "degrees" is the unit measured (fit set fresh_n served this pair).
+    (
+        "How do I convert 350 degrees Fahrenheit to Celsius?",
+        "what is 350C in fahrenheit",
+        {"units"},
+    ),
     ("Can I get a refund after 30 days?", "Can I get a refund within 30 days?", {"polarity"}),
     ("What is 17 times 23?", "What is 17 times 24?", {"numbers"}),
     ("What is new in Python 3.10.1?", "What is new in Python 3.10.2?", {"numbers"}),
@@ -146,6 +152,7 @@ PARAPHRASES = [
     ("How do I reset my password?", "reset password steps"),
     ("How do I ping 192.168.1.1?", "how can I ping 192.168.1.1"),
     ("convert 5 km to miles", "how many miles is 5 kilometers"),
+    ("What is 350 degrees Fahrenheit in Celsius?", "convert 350 °F to celsius"),
     ("What's 12 plus 7?", "add 7 and 12"),
     ("What is the capital of Australia?", "what's australia's capital city"),
     ("How many ounces in a pound?", "1 lb equals how many oz"),
