@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bench.gpu_models import PROMPTS, fa4_against_reference, random_model
-from engine import LLM, EngineConfig, SamplingParams
+from engine import LLM, EngineConfig, EngineStats, SamplingParams
 from engine.flash_attention import flash_kernel
 
 pytestmark = [
@@ -64,18 +64,55 @@ def test_the_flash_backend_serves_bfloat16_by_default(model_dir):
         assert llm.engine.runner.graphs is not None and llm.engine.runner.graphs.graphs
 
 
+def _replayed_and_eager(
+    model_dir: Path, params: SamplingParams | list[SamplingParams], **overrides: object
+) -> tuple[list[list[int]], list[list[int]], EngineStats]:
+    """The same generation by two fresh engines that pad their steps alike: one replaying
+    its captured graphs, one with them dropped. Fresh, so the second meets no prefix
+    cache and no speculation state the first left (either would change its steps); and
+    the replaying engine's stats."""
+    runs, stats = [], None
+    for replay in (True, False):
+        # 8 sequences at most, as many as the prompts: 4 batch buckets to capture.
+        with _engine(model_dir, enforce_eager=False, max_num_seqs=8, **overrides) as llm:
+            graphs = llm.engine.runner.graphs
+            assert graphs is not None and graphs.graphs
+            if replay:
+                assert any(query_len > 1 for _, query_len in graphs.graphs) == (
+                    "spec_method" in overrides
+                )
+            else:
+                graphs.graphs.clear()
+            runs.append([o.token_ids for o in llm.generate(PROMPTS, params)])
+            stats = stats or llm.engine.get_stats()
+    assert stats is not None
+    return runs[0], runs[1], stats
+
+
 @needs_fa4
 def test_graph_replays_equal_the_same_steps_run_eagerly(model_dir):
-    """Captured graphs against the very same padded steps run eagerly (the graphs
-    dropped), token for token, a batch whose size shrinks as its requests finish."""
+    """Captured graphs against the very same padded steps run eagerly, token for token,
+    a batch whose size shrinks as its requests finish."""
     params = [
         SamplingParams(max_tokens=8 + 6 * i, temperature=0.0, ignore_eos=True) for i in range(8)
     ]
-    with _engine(model_dir, enforce_eager=False) as llm:
-        graphed = [o.token_ids for o in llm.generate(PROMPTS, params)]
-        llm.engine.runner.graphs.graphs.clear()
-        eager = [o.token_ids for o in llm.generate(PROMPTS, params)]
-    assert graphed == eager
+    replayed, eager, _ = _replayed_and_eager(model_dir, params)
+    assert replayed == eager
+
+
+@needs_fa4
+def test_graph_replays_of_verification_rows_equal_eager_ones(model_dir):
+    """Speculative decoding's verification rows (query length > 1) through captured
+    graphs against the same padded steps run eagerly. The self-draft proposes whatever a
+    random model's text holds (an n-gram drafter may find nothing), and a seed keeps how
+    many it proposes from depending on the steps' times."""
+    params = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True, seed=0)
+    # Two proposals at most: query lengths 1-3, few kernels for flash-attn-4 to compile.
+    replayed, eager, stats = _replayed_and_eager(
+        model_dir, params, spec_method="draft", num_spec_tokens=2
+    )
+    assert stats.spec_draft_tokens > 0
+    assert replayed == eager
 
 
 @needs_fa4
