@@ -111,7 +111,8 @@ def _strip_possessive(word: str) -> str:
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
-    """(original, lower-case) tokens; curly apostrophes normalised."""
+    """(original, lower-case) tokens; curly apostrophes normalised, dashes that are no
+    arithmetic and "degrees" before its scale left out."""
     text = unicodedata.normalize("NFKC", text).replace("\u2019", "'")
     text = _WITHOUT.sub("without", text)
     tokens: list[tuple[str, str]] = []
@@ -131,7 +132,22 @@ def _tokens(text: str) -> list[tuple[str, str]]:
             tokens += [(part, part) for part in parts if part]
         else:
             tokens.append((original, lower))
-    return [t for i, t in enumerate(tokens) if t[1] not in _ARITHMETIC or _operands(tokens, i)]
+    return [
+        t
+        for i, t in enumerate(tokens)
+        if (t[1] not in _ARITHMETIC or _operands(tokens, i)) and not _scale_follows(tokens, i)
+    ]
+
+
+def _scale_follows(tokens: list[tuple[str, str]], i: int) -> bool:
+    """Whether tokens[i] is "degrees" before the scale it is in: dropped, "350 degrees
+    Fahrenheit" measures in Fahrenheit as "350 °F" does (a bare "degrees" stands for
+    whichever scale the other question names, see `comparable_units`)."""
+    following = tokens[i + 1][1] if i + 1 < len(tokens) else ""
+    return (
+        lexicon.UNITS.get(tokens[i][1]) == "degree"
+        and lexicon.UNITS.get(following) in lexicon.TEMPERATURE_UNITS
+    )
 
 
 def _operands(tokens: list[tuple[str, str]], i: int) -> bool:
@@ -160,10 +176,6 @@ def _numbers(words: list[str]) -> list[tuple[float, str | None]]:
         units = [lexicon.UNITS[w] for w in following if w in lexicon.UNITS]
         if following and not units and following[0] in lexicon.LETTER_UNITS:
             units = [lexicon.LETTER_UNITS[following[0]]]
-        # "350 degrees Fahrenheit" measures in Fahrenheit: a scale named after "degrees"
-        # is the unit (a bare "degrees" stands for whichever scale the other names).
-        if units[:1] == ["degree"] and units[1:2] and units[1] in lexicon.TEMPERATURE_UNITS:
-            units = units[1:]
         unit = units[0] if units and units[0] not in lexicon.CURRENCY_UNITS else None
         # "15% of 80" is an operation on its numbers, not a rate like "at 6% for 30 years".
         if unit == "percent" and "of" in words[i + 2 : i + 4]:
@@ -219,22 +231,14 @@ def _units(words: list[str]) -> tuple[list[str], set[str]]:
     units: list[str] = []
     quantified: set[str] = set()
     numeric = [_number_value(w) is not None for w in words] + [False]
-    scales = [lexicon.UNITS.get(w) in lexicon.TEMPERATURE_UNITS for w in words] + [False]
-    degrees_measure = False  # the last word was "degrees" after a number, a scale next
     for i, word in enumerate(words):
         after_number = i > 0 and numeric[i - 1]
         # "100 us dollars": one word may sit between a number and its unit, though not
         # another unit ("20k miles annually" measures miles).
-        near_number = (
-            degrees_measure
-            or after_number
-            or (i > 1 and numeric[i - 2] and words[i - 1] not in lexicon.UNITS)
+        near_number = after_number or (
+            i > 1 and numeric[i - 2] and words[i - 1] not in lexicon.UNITS
         )
         unit = lexicon.UNITS.get(word)
-        # "350 degrees Fahrenheit" is one unit, the scale's.
-        degrees_measure = unit == "degree" and scales[i + 1] and near_number
-        if unit == "degree" and scales[i + 1]:
-            continue
         # Bare letters (c, f, m, g, l, h, s) are units only right after a number.
         if unit is None and word in lexicon.LETTER_UNITS and after_number:
             unit = lexicon.LETTER_UNITS[word]
