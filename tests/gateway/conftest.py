@@ -90,14 +90,16 @@ def http(gateway: Server) -> Iterator[httpx.Client]:
         yield client
 
 
-def settle(url: str, timeout: float = 10) -> None:
-    """Waits until the gateway has no answer in flight or being stored: answers are
-    stored just after their response ends, so a test that asks again at once would
-    otherwise race the store (and follow the finished flight instead of hitting)."""
+def settle(url: str | httpx.URL, timeout: float = 10) -> None:
+    """Waits until the gateway at `url` (its root, or a client's base URL: an OpenAI
+    client's ends in /v1) has no answer in flight or being stored: answers are stored
+    just after their response ends, so a test that asks again at once would otherwise
+    race the store (and follow the finished flight instead of hitting)."""
+    root = str(url).rstrip("/").removesuffix("/v1")
     deadline = time.monotonic() + timeout
     headers = {"Authorization": f"Bearer {ADMIN}"}
     while time.monotonic() < deadline:
-        stats = httpx.get(url + "/admin/cache/stats", headers=headers).json()
+        stats = httpx.get(root + "/admin/cache/stats", headers=headers).json()
         if stats["in_flight"] == 0 and stats["pending_stores"] == 0:
             return
         time.sleep(0.01)

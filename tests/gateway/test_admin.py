@@ -28,7 +28,7 @@ def status_of(client: openai.OpenAI, question: str) -> str:
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=messages(question), temperature=0, max_tokens=96
     )
-    settle(str(client.base_url).removesuffix("/").removesuffix("/v1"))
+    settle(client.base_url)
     return raw.headers["x-cache-status"]
 
 

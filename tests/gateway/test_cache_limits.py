@@ -24,7 +24,7 @@ def chat(
     body = {"model": MODEL, "messages": messages(question), "temperature": 0, **kw}
     response = http.post("/v1/chat/completions", json=body, headers=headers)
     assert response.status_code == 200, response.text
-    settle(str(http.base_url).rstrip("/"))
+    settle(http.base_url)
     return response
 
 
@@ -117,7 +117,7 @@ def test_a_ttl_past_the_maximum_is_refused(admin: httpx.Client, http: httpx.Clie
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == "cache.ttl"
-    settle(str(http.base_url).rstrip("/"))
+    settle(http.base_url)
     assert admin.get("/admin/cache/entries", params={"tenant": "alice"}).json()["total"] == 0
 
 
