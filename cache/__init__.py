@@ -8,6 +8,7 @@ from cache.language_guard import LanguageGuard
 from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.redis_server import EmbeddedRedis, RedisUnavailableError
+from cache.restart_backoff import RestartBackoff
 from cache.semantic_cache import CacheRuntime, LookupResult, SemanticCache
 from cache.shared_flight import FlightError, FlightLost, SharedFlights
 from cache.stats import CacheStats
@@ -34,6 +35,7 @@ __all__ = [
     "LookupResult",
     "MultilingualEmbedder",
     "RedisUnavailableError",
+    "RestartBackoff",
     "SemanticCache",
     "SharedFlights",
     "Thresholds",

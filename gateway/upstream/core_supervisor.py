@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 
-from cache.supervisor import RestartBackoff
+from cache import RestartBackoff
 from engine import AsyncLLM, EngineConfig
 
 log = logging.getLogger("semgate.engine")
