@@ -64,29 +64,27 @@ def test_the_flash_backend_serves_bfloat16_by_default(model_dir):
         assert llm.engine.runner.graphs is not None and llm.engine.runner.graphs.graphs
 
 
-def _replayed_and_eager(
-    model_dir: Path, params: SamplingParams | list[SamplingParams], **overrides: object
-) -> tuple[list[list[int]], list[list[int]], EngineStats]:
-    """The same generation by two fresh engines that pad their steps alike: one replaying
-    its captured graphs, one with them dropped. Fresh, so the second meets no prefix
-    cache and no speculation state the first left (either would change its steps); and
-    the replaying engine's stats."""
-    runs, stats = [], None
-    for replay in (True, False):
-        # 8 sequences at most, as many as the prompts: 4 batch buckets to capture.
-        with _engine(model_dir, enforce_eager=False, max_num_seqs=8, **overrides) as llm:
-            graphs = llm.engine.runner.graphs
-            assert graphs is not None and graphs.graphs
-            if replay:
-                assert any(query_len > 1 for _, query_len in graphs.graphs) == (
-                    "spec_method" in overrides
-                )
-            else:
-                graphs.graphs.clear()
-            runs.append([o.token_ids for o in llm.generate(PROMPTS, params)])
-            stats = stats or llm.engine.get_stats()
-    assert stats is not None
-    return runs[0], runs[1], stats
+def _padded_run(
+    model_dir: Path,
+    params: SamplingParams | list[SamplingParams],
+    *,
+    replay: bool,
+    **overrides: object,
+) -> tuple[list[list[int]], EngineStats, set[int]]:
+    """A generation by a fresh engine whose steps run padded to their buckets, replaying
+    its captured graphs or with them dropped (the same steps, eagerly): its tokens, its
+    stats and the query lengths it captured graphs for. Fresh each time, so that a
+    second run meets no prefix cache nor speculation state of the first (either would
+    change its steps)."""
+    # 8 sequences at most, as many as the prompts: 4 batch buckets to capture.
+    with _engine(model_dir, enforce_eager=False, max_num_seqs=8, **overrides) as llm:
+        graphs = llm.engine.runner.graphs
+        assert graphs is not None and graphs.graphs
+        captured = {query_len for _, query_len in graphs.graphs}
+        if not replay:
+            graphs.graphs.clear()
+        tokens = [o.token_ids for o in llm.generate(PROMPTS, params)]
+        return tokens, llm.engine.get_stats(), captured
 
 
 @needs_fa4
@@ -96,7 +94,9 @@ def test_graph_replays_equal_the_same_steps_run_eagerly(model_dir):
     params = [
         SamplingParams(max_tokens=8 + 6 * i, temperature=0.0, ignore_eos=True) for i in range(8)
     ]
-    replayed, eager, _ = _replayed_and_eager(model_dir, params)
+    replayed, _, captured = _padded_run(model_dir, params, replay=True)
+    eager, _, _ = _padded_run(model_dir, params, replay=False)
+    assert captured == {1}
     assert replayed == eager
 
 
@@ -108,9 +108,10 @@ def test_graph_replays_of_verification_rows_equal_eager_ones(model_dir):
     many it proposes from depending on the steps' times."""
     params = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True, seed=0)
     # Two proposals at most: query lengths 1-3, few kernels for flash-attn-4 to compile.
-    replayed, eager, stats = _replayed_and_eager(
-        model_dir, params, spec_method="draft", num_spec_tokens=2
-    )
+    spec = {"spec_method": "draft", "num_spec_tokens": 2}
+    replayed, stats, captured = _padded_run(model_dir, params, replay=True, **spec)
+    eager, _, _ = _padded_run(model_dir, params, replay=False, **spec)
+    assert captured == {1, 2, 3}
     assert stats.spec_draft_tokens > 0
     assert replayed == eager
 
