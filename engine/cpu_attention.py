@@ -54,17 +54,21 @@ class CpuMetadataBuilder:
         lens = batch.query_lens
         n, num_tokens = len(lens), int(batch.query_start[-1])
         row = self.token_row.np[:num_tokens]
-        row[:] = np.repeat(self.rows[:n], lens)
-        # Token j of a row sits at position context_len - query_len + j: it sees that
-        # many keys plus its own, j being its flat index less its row's first.
         keys = self.token_keys.np[:num_tokens]
-        first = batch.context_lens - batch.query_start[:-1] - lens + 1
-        np.add(first[row], self.offsets[:num_tokens], out=keys)
+        if num_tokens == n:  # a token a row (decodes): it sees its row's whole context
+            row[:] = self.rows[:n]
+            keys[:] = batch.context_lens
+        else:
+            row[:] = np.repeat(self.rows[:n], lens)
+            # Token j of a row sits at position context_len - query_len + j: it sees that
+            # many keys plus its own, j being its flat index less its row's first.
+            first = batch.context_lens - batch.query_start[:-1] - lens + 1
+            np.add(first[row], self.offsets[:num_tokens], out=keys)
         tables = batch.block_tables
         self.tables.np[: tables.size] = tables.ravel()
         return CpuAttentionMetadata(
             batch.slot_mapping,
-            self.tables.copy(tables.size).view(tables.shape),
+            self.tables.copy(*tables.shape),
             self.token_row.copy(num_tokens),
             self.token_keys.copy(num_tokens),
         )

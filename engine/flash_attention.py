@@ -63,7 +63,7 @@ class FlashMetadataBuilder:
             batch.slot_mapping,
             self.cu_seqlens_q.copy(n + 1),
             self.seqused_k.copy(n),
-            self.page_table.copy(size).view(n, self.max_blocks),
+            self.page_table.copy(n, self.max_blocks),
             1 << (longest - 1).bit_length(),
             self.max_seqlen_k,
         )

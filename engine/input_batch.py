@@ -90,7 +90,8 @@ class InputBatch:
         self.query_start = np.zeros(max_num_seqs + 1, dtype=np.int64)  # [0] stays 0
         self.table_lens = np.zeros(max_num_seqs, dtype=np.int64)
         self.is_pad = np.zeros(max_num_tokens, dtype=bool)
-        self.arange = np.arange(max_num_tokens, dtype=np.int64)  # a sequence has >= 1 token
+        # Token offsets, and a step of decodes' query starts (0 .. n).
+        self.arange = np.arange(max(max_num_tokens, max_num_seqs + 1), dtype=np.int64)
         limits = StepLimits(max_num_seqs, max_num_tokens, self.max_blocks, block_size, null_block)
         self.metadata = attention.metadata_builder(limits)
         # The host buffers are rewritten by the next build: it first waits until this
@@ -100,6 +101,12 @@ class InputBatch:
 
     def build(self, rows: list[BatchRow]) -> ModelInputs:
         """The step's inputs: views of the buffers, valid until the next build."""
+        if all(len(row.token_ids) == row.num_logits == 1 and not row.num_pad for row in rows):
+            return self._build_decodes(rows)
+        return self._build_rows(rows)
+
+    def _build_rows(self, rows: list[BatchRow]) -> ModelInputs:
+        """build() for any step: prefill chunks, verifications, pads."""
         n = len(rows)
         order = self._order(rows)
         bs = self.block_size
@@ -122,14 +129,7 @@ class InputBatch:
             # Pad tokens past the table's end see (and so need) the null block.
             tlens.append(max(len(table), (start + q + bs - 1) // bs))
         num_tokens, width = len(ids), max(tlens)
-        if num_tokens > self.max_num_tokens or n > self.max_num_seqs or width > self.max_blocks:
-            raise ValueError(
-                f"a step of {num_tokens} tokens, {n} sequences and {width} blocks a sequence "
-                f"exceeds the input batch's {self.max_num_tokens}, {self.max_num_seqs} "
-                f"and {self.max_blocks}"
-            )
-        if self._copied is not None:
-            self._copied.synchronize()
+        self._check_fits(num_tokens, n, width)
         self.input_ids.np[:num_tokens] = ids
         q, start, ctx = self.query_lens[:n], self.starts[:n], self.context_lens[:n]
         q[:] = qlens
@@ -137,16 +137,7 @@ class InputBatch:
         np.add(start, q, out=ctx)
         query_start = self.query_start[: n + 1]
         np.cumsum(q, out=query_start[1:])
-        self.table_lens[:n] = tlens
-        # All rows' tables as one list, each padded to the widest: one copy into numpy.
-        null = [self.null_block] * width
-        flat: list[int] = []
-        for i in order:
-            table = rows[i].block_table
-            flat += table
-            flat += null[len(table) :]
-        tables = self.block_tables[: n * width].reshape(n, width)
-        self.block_tables[: n * width] = flat
+        tables = self._write_tables([rows[i] for i in order], tlens, width)
         # A token's position is its row's start plus its offset in the row.
         row_of = np.repeat(self.arange[:n], q)
         positions = self.positions.np[:num_tokens]
@@ -166,11 +157,65 @@ class InputBatch:
                 last = ends[i] - row.num_pad
                 logit_rows += range(last - row.num_logits, last)
         self.logit_rows.np[: len(logit_rows)] = logit_rows
+        return self._inputs(n, num_tokens, len(logit_rows), tables)
+
+    def _build_decodes(self, rows: list[BatchRow]) -> ModelInputs:
+        """build() for a step of decodes alone (one token a row, its logits wanted), the
+        commonest step by far: the same buffers, from Python lists and a few copies. A
+        step's host time goes mostly to cache misses (the forward before it evicts the
+        step loop's code), so fewer library calls matter more here than vectorizing."""
+        n, bs = len(rows), self.block_size
+        starts = [row.start for row in rows]
+        tlens = [len(row.block_table) for row in rows]
+        width = max(tlens)
+        self._check_fits(n, n, width)
+        self.input_ids.np[:n] = [row.token_ids[0] for row in rows]
+        self.positions.np[:n] = starts
+        self.slot_mapping.np[:n] = [
+            row.block_table[start // bs] * bs + start % bs
+            for row, start in zip(rows, starts, strict=True)
+        ]
+        self.query_lens[:n] = 1
+        self.starts[:n] = starts
+        np.add(self.starts[:n], 1, out=self.context_lens[:n])
+        self.query_start[: n + 1] = self.arange[: n + 1]
+        tables = self._write_tables(rows, tlens, width)
+        self.logit_rows.np[:n] = self.arange[:n]
+        return self._inputs(n, n, n, tables)
+
+    def _check_fits(self, num_tokens: int, n: int, width: int) -> None:
+        """Raises unless a step of this size fits the buffers; then waits until the
+        previous build's copies have read them (a CUDA event)."""
+        if num_tokens > self.max_num_tokens or n > self.max_num_seqs or width > self.max_blocks:
+            raise ValueError(
+                f"a step of {num_tokens} tokens, {n} sequences and {width} blocks a sequence "
+                f"exceeds the input batch's {self.max_num_tokens}, {self.max_num_seqs} "
+                f"and {self.max_blocks}"
+            )
+        if self._copied is not None:
+            self._copied.synchronize()
+
+    def _write_tables(self, ordered: list[BatchRow], tlens: list[int], width: int) -> np.ndarray:
+        """The rows' block tables as an [n, width] view, each padded with the null block
+        (all of them as one list: one copy into numpy)."""
+        n = len(ordered)
+        self.table_lens[:n] = tlens
+        null = [self.null_block] * width
+        flat: list[int] = []
+        for row in ordered:
+            table = row.block_table
+            flat += table
+            flat += null[len(table) :]
+        self.block_tables[: n * width] = flat
+        return self.block_tables[: n * width].reshape(n, width)
+
+    def _inputs(self, n: int, num_tokens: int, num_logits: int, tables: np.ndarray) -> ModelInputs:
+        """The device views of the first n rows' buffers, and the backend's metadata."""
         batch = AttentionBatch(
-            bs,
-            q,
-            ctx,
-            query_start,
+            self.block_size,
+            self.query_lens[:n],
+            self.context_lens[:n],
+            self.query_start[: n + 1],
             self.table_lens[:n],
             tables,
             self.slot_mapping.copy(num_tokens),
@@ -179,7 +224,7 @@ class InputBatch:
             self.input_ids.copy(num_tokens),
             self.positions.copy(num_tokens),
             self.metadata.build(batch),
-            self.logit_rows.copy(len(logit_rows)),
+            self.logit_rows.copy(num_logits),
         )
         if self._copied is not None:
             self._copied.record()

@@ -134,6 +134,9 @@ class ModelRunner:
         if logits is None:
             return []
         sampling = [item for item in batch if item.samples]
+        speculating = [i for i, item in enumerate(sampling) if item.spec_token_ids]
+        if not speculating:  # most steps: one row a sampling sequence, in batch order
+            return [[token] for token in self._sample([item.seq for item in sampling], logits)]
         # Row offsets: each sampling sequence owns 1 + len(spec_token_ids) rows.
         starts = [0]
         for item in sampling:
@@ -141,21 +144,12 @@ class ModelRunner:
         plain = [i for i, item in enumerate(sampling) if not item.spec_token_ids]
         out: list[list[int]] = [[] for _ in sampling]
         if plain:
-            # Without proposals in the step, every row is a plain one's.
-            if len(plain) < len(sampling):
-                logits_of_plain = logits[self._to_device([starts[i] for i in plain])]
-            else:
-                logits_of_plain = logits
-            params = [sampling[i].seq.params for i in plain]
-            # A greedy row draws nothing: no generators unless some row samples.
-            sampled = not all(p.greedy for p in params)
-            generators = [self._seeded_generator(sampling[i].seq) for i in plain] if sampled else []
-            tokens = self.sampler(logits_of_plain, params, generators)
+            logits_of_plain = logits[self._to_device([starts[i] for i in plain])]
+            tokens = self._sample([sampling[i].seq for i in plain], logits_of_plain)
             for i, token in zip(plain, tokens, strict=True):
                 out[i] = [token]
-        speculating = [i for i, item in enumerate(sampling) if item.spec_token_ids]
         # One argmax (one device sync) serves every greedy verification in the batch.
-        greedy = speculating and any(sampling[i].seq.params.greedy for i in speculating)
+        greedy = any(sampling[i].seq.params.greedy for i in speculating)
         argmax = logits.argmax(dim=-1).tolist() if greedy else []
         for i in speculating:
             seq, drafts = sampling[i].seq, list(sampling[i].spec_token_ids)
@@ -171,12 +165,21 @@ class ModelRunner:
                 )
         return out
 
-    @torch.inference_mode()
+    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> list[int]:
+        """One token for each sequence from its row of logits."""
+        params = [seq.params for seq in seqs]
+        # A greedy row draws nothing: no generators unless some row samples.
+        sampled = not all(p.greedy for p in params)
+        generators = [self._seeded_generator(seq) for seq in seqs] if sampled else []
+        return self.sampler(logits, params, generators)
+
     def compute_logits(self, batch: list[ScheduledSequence]) -> torch.Tensor | None:
         """Forwards the batch (writing its KV); float32 logits of the sampling rows in
         batch order: the last token's, and for a speculating sequence also each
         proposed token's. A step of decodes and verifications runs padded to its
-        bucket (engine/graph_runner.py) unless enforce_eager."""
+        bucket (engine/graph_runner.py) unless enforce_eager. The model's forward and
+        logits run in inference mode; what is between them needs none (entering it
+        here too cost a step ~40 us of host time)."""
         rows = [batch_row(item) for item in batch]
         key = self.graphs.plan(rows) if self.graphs is not None else None
         if self.graphs is not None and key is not None:

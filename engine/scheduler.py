@@ -167,9 +167,9 @@ class Scheduler:
                 seq.num_computed_tokens += item.num_new_tokens
                 self.block_manager.cache_full_blocks(seq)
                 continue
-            before = seq.num_tokens
+            before = len(seq.token_ids)
             finish = self._append_tokens(seq, next(tokens_of), now)  # may stop inside the run
-            appended = seq.num_tokens - before
+            appended = len(seq.token_ids) - before
             sampled.append((seq, appended))
             self.num_generated_tokens += appended
             # KV stays valid for this step's real inputs and the kept proposals: every
@@ -187,13 +187,16 @@ class Scheduler:
         """Appends tokens in order until one of them ends the request; returns the finish
         reason (None: the request goes on). Stop strings are the front end's
         (engine/output_processor.py)."""
+        params, token_ids, times = seq.params, seq.token_ids, seq.metrics.token_times
+        # Out of length at max_tokens outputs or at the context length, whichever is first.
+        limit = min(seq.num_prompt_tokens + params.max_tokens, self.max_model_len)
+        stops = () if params.ignore_eos else self.eos_token_ids
         for token in tokens:
-            seq.token_ids.append(token)
-            seq.metrics.token_times.append(now)
-            if token in self.eos_token_ids and not seq.params.ignore_eos:
+            token_ids.append(token)
+            times.append(now)
+            if token in stops:
                 return "stop"
-            params = seq.params
-            if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+            if len(token_ids) >= limit:
                 return "length"
         return None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -18,9 +20,20 @@ class StagedBuffer:
         self.host = torch.zeros(size, dtype=dtype, pin_memory=device.type == "cuda")
         self.np = self.host.numpy()
         self.device = self.host if on_cpu else torch.zeros(size, dtype=dtype, device=device)
+        # The (host, device) views of each shape asked for: a step's shapes recur, and
+        # making a view is a library call (a step's host time is mostly such calls).
+        self._views: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def copy(self, n: int) -> torch.Tensor:
-        """The first n values, on the device."""
-        if self.device is self.host:
-            return self.host[:n]
-        return self.device[:n].copy_(self.host[:n], non_blocking=True)
+    def copy(self, *shape: int) -> torch.Tensor:
+        """The first n values on the device, for copy(n); copy(rows, width) views the
+        first rows * width values as a [rows, width] table."""
+        views = self._views.get(shape)
+        if views is None:
+            size = math.prod(shape)
+            host = self.host[:size].view(shape)
+            device = host if self.device is self.host else self.device[:size].view(shape)
+            views = self._views[shape] = (host, device)
+        host, device = views
+        if device is host:
+            return host
+        return device.copy_(host, non_blocking=True)

@@ -215,13 +215,13 @@ class TorchMetadataBuilder:
         # Row-major, the real slots of the [n, max_query] padding are the flat rows' order.
         self.unpad_index.np[:num_tokens] = np.flatnonzero(i < qlens[:, None])
         self._pad_tables(batch.block_tables[:n, : int(batch.table_lens[:n].max())], width, 0)
-        q_pos_t = self.q_pos.copy(size).view(n, 1, max_query, 1)
+        q_pos_t = self.q_pos.copy(n, 1, max_query, 1)
         keys = width * self.block_size
         mask = self.masks[: size * keys].view(n, 1, max_query, keys)
         torch.le(self.key_pos[:keys], q_pos_t, out=mask)
         return _ShortBatch(
             num_tokens,
-            self.tables.copy(n * width).view(n, width),
+            self.tables.copy(n, width),
             max_query,
             mask,
             self.pad_index.copy(size),

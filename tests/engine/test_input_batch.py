@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from engine.attention import AttentionSpec
-from engine.input_batch import InputBatch
+from engine.attention import AttentionBackend, AttentionSpec
+from engine.attention_backends import select_attention_backend
+from engine.cpu_attention import CpuAttention
+from engine.input_batch import InputBatch, ModelInputs
 from engine.kv_cache import BlockManager, slot_of
 from engine.model_runner import batch_row
 from engine.sampling_params import SamplingParams
@@ -20,9 +24,11 @@ NULL_BLOCK = 32  # past the block managers' 32
 TORCH = TorchAttention(AttentionSpec(CPU, torch.float32, torch.float32, 64))
 
 
-def _builder(max_num_tokens: int = 64, max_num_seqs: int = 8) -> InputBatch:
+def _builder(
+    max_num_tokens: int = 64, max_num_seqs: int = 8, backend: AttentionBackend = TORCH
+) -> InputBatch:
     return InputBatch(
-        TORCH,
+        backend,
         BLOCK,
         CPU,
         max_num_tokens=max_num_tokens,
@@ -131,3 +137,40 @@ def test_a_step_over_the_sizes_is_refused():
     assert bm.allocate(seq, 40)
     with pytest.raises(ValueError, match="40 tokens"):
         _builder(max_num_tokens=32).build([batch_row(ScheduledSequence.of(seq, 40))])
+
+
+@pytest.mark.parametrize("name", ["torch", "flash_reference", "cpu"])
+def test_a_step_of_decodes_builds_what_any_step_builds(name):
+    """build() writes a step of decodes alone on a path of its own (the commonest step,
+    kept to few library calls): its inputs and metadata hold what the path for every
+    other step writes for the same rows."""
+    spec = AttentionSpec(CPU, torch.float32, torch.float32, 64)
+    if name == "cpu" and CpuAttention.unsupported(spec):
+        pytest.skip(CpuAttention.unsupported(spec))
+    backend = select_attention_backend(name, spec)
+    bm = BlockManager(32, BLOCK, enable_prefix_caching=False)
+    # Contexts ending inside a block, on its last slot and at a new block's first.
+    seqs = [_sequence(str(i), n, n - 1) for i, n in enumerate((5, 16, 17, 40, 33))]
+    for seq in seqs:
+        assert bm.allocate(seq, seq.num_tokens)
+    rows = [batch_row(ScheduledSequence.of(s, 1)) for s in seqs]
+    # Buffers just the step's size: a step that fills them.
+    decodes, general = (_builder(5, 5, backend) for _ in range(2))
+    fast, slow = decodes.build(rows), general._build_rows(rows)
+    assert fast.attn_meta.__class__ is slow.attn_meta.__class__
+    for got, want in zip(_values(fast), _values(slow), strict=True):
+        assert torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want
+    assert fast.positions.tolist() == [s.num_tokens - 1 for s in seqs]
+
+
+def _values(inputs: ModelInputs) -> list[object]:
+    """The inputs' tensors and the metadata's every value, nested dataclasses flattened."""
+
+    def flat(value: object) -> list[object]:
+        if dataclasses.is_dataclass(value):
+            return [v for f in dataclasses.fields(value) for v in flat(getattr(value, f.name))]
+        if isinstance(value, list):
+            return [v for item in value for v in flat(item)]
+        return [value]
+
+    return [inputs.input_ids, inputs.positions, inputs.logit_rows, *flat(inputs.attn_meta)]
