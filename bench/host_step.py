@@ -6,21 +6,35 @@ appending tokens, the step's outputs and the report the core process sends. This
 measures that part on a CPU: `streams` requests decode `tokens` tokens each on one
 thread, and each decode step's thread CPU time (robust to other processes sharing
 the cores) less the time inside the model's forward, its LM head and the sampler.
+
+`semgate bench host-step --baseline DIR` measures another checkout the same way (say,
+`git worktree add --detach /tmp/before 001c401`, the engine before issue 37), each
+measurement in a process of its own, the two checkouts alternating, and reports the
+medians and the median ratio.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from engine.config import EngineConfig
-from engine.core_process import StepReport
+from rich.console import Console
+
+import engine.core_process as core_process
+from engine.config import DEFAULT_MODEL, EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
+
+DEFAULT_OUT = Path("bench-results/host-step.json")
 
 
 def _counted(fn: Callable[..., Any], spent: list[float]) -> Callable[..., Any]:
@@ -56,8 +70,7 @@ def host_time_per_decode_step(model: str, streams: int = 64, tokens: int = 256) 
         device[0] = 0.0
         started = time.thread_time()
         outputs = engine.step()
-        report = StepReport(outputs, [], engine.get_stats(window=False), engine.last_step)
-        pickle.dumps(report)
+        pickle.dumps(_report(engine, outputs))
         hosts.append(time.thread_time() - started - device[0])
     return {
         "streams": streams,
@@ -66,3 +79,75 @@ def host_time_per_decode_step(model: str, streams: int = 64, tokens: int = 256) 
         "median_ms": statistics.median(hosts) * 1000,
         "mean_ms": statistics.mean(hosts) * 1000,
     }
+
+
+def _report(engine: LLMEngine, outputs: list[Any]) -> core_process.StepReport:
+    """The report the core process sends after a step. A checkout from before issue 37
+    (a --baseline) stepped whole RequestOutputs, which its core converted with
+    CoreOutput.of, and its get_stats took no window argument."""
+    core_output = getattr(core_process, "CoreOutput", None)
+    if hasattr(core_output, "of"):
+        outputs = [core_output.of(out) for out in outputs]  # type: ignore[union-attr]
+        stats = engine.get_stats()
+    else:
+        stats = engine.get_stats(window=False)
+    return core_process.StepReport(outputs, [], stats, engine.last_step)
+
+
+def _measure(checkout: Path, model: str, tokens: int) -> dict[str, Any]:
+    """host_time_per_decode_step in a fresh process, importing the engine of `checkout`
+    (this file runs there as a script)."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run(
+        [sys.executable, __file__, model, str(tokens)],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"measuring {checkout} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def run_host_step_bench(
+    quick: bool = False,
+    out_path: Path | None = DEFAULT_OUT,
+    baseline: Path | None = None,
+    model: str = DEFAULT_MODEL,
+) -> dict[str, Any]:
+    """This checkout's host time per decode step, and with a baseline checkout both,
+    alternating (5 pairs; --quick: 1 pair of 16-token streams)."""
+    console = Console()
+    tokens, rounds = (16, 1) if quick else (256, 5)
+    here = Path(__file__).resolve().parent.parent
+    checkouts = {"this checkout": here}
+    if baseline is not None:
+        checkouts["baseline"] = baseline.resolve()
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
+    for round_ in range(rounds):
+        for name, checkout in checkouts.items():
+            result = _measure(checkout, model, tokens)
+            runs[name].append(result)
+            console.print(f"round {round_ + 1}, {name}: median {result['median_ms']:.3f} ms")
+    report: dict[str, Any] = {"baseline": str(baseline or ""), "runs": runs}
+    medians = {name: [r["median_ms"] for r in rs] for name, rs in runs.items()}
+    for name, values in medians.items():
+        report[f"{name} median_ms"] = statistics.median(values)
+    if baseline is not None:
+        ratios = [a / b for a, b in zip(medians["this checkout"], medians["baseline"], strict=True)]
+        report["median_ratio"] = statistics.median(ratios)
+    console.print(
+        f"host time per decode step, 64 streams x {tokens} tokens, medians of {rounds}: "
+        + ", ".join(f"{name} {report[f'{name} median_ms']:.3f} ms" for name in runs)
+        + (f"; ratio {report['median_ratio']:.3f}" if baseline is not None else "")
+    )
+    if out_path is not None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    print(json.dumps(host_time_per_decode_step(sys.argv[1], tokens=int(sys.argv[2]))))

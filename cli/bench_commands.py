@@ -27,6 +27,8 @@ BENCHES = {
                      "gateway_bench", "run_gateway_bench"),
     "faults": Bench("/health during huge requests, a killed engine core, SIGTERM mid-stream",
                     "fault_bench", "run_fault_bench"),
+    "host-step": Bench("the engine core's host time per decode step, against a baseline",
+                       "host_step", "run_host_step_bench"),
 }  # fmt: skip
 
 
@@ -34,7 +36,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bench = BENCHES[args.bench]
     run = getattr(importlib.import_module(f"bench.{bench.module}"), bench.function)
     extra = {"llama_server": args.llama_server} if args.bench == "quant" else {}
-    if args.bench == "faults":
+    if args.bench in ("faults", "host-step"):
         extra = {"baseline": args.baseline}
     run(quick=args.quick, out_path=args.out, **extra)
     return 0
@@ -50,13 +52,13 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
             "--out", type=Path, default=Path(f"bench-results/{name}.json"), help="JSON report"
         )
         one.set_defaults(func=cmd_bench)
-        if name == "faults":
+        if name in ("faults", "host-step"):
             one.add_argument(
                 "--baseline",
                 type=Path,
                 default=None,
-                help="another checkout (say, `git archive main | tar -x -C /tmp/before`) whose "
-                "server gets the same trials, alternating",
+                help="another checkout (say, `git archive main | tar -x -C /tmp/before`) "
+                "measured the same way, alternating",
             )
         if name == "quant":
             one.add_argument(
