@@ -131,17 +131,18 @@ def run_host_step_bench(
             result = _measure(checkout, model, tokens)
             runs[name].append(result)
             console.print(f"round {round_ + 1}, {name}: median {result['median_ms']:.3f} ms")
-    report: dict[str, Any] = {"baseline": str(baseline or ""), "runs": runs}
-    medians = {name: [r["median_ms"] for r in rs] for name, rs in runs.items()}
-    for name, values in medians.items():
-        report[f"{name} median_ms"] = statistics.median(values)
+    each = {name: [r["median_ms"] for r in rs] for name, rs in runs.items()}
+    medians = {name: statistics.median(values) for name, values in each.items()}
+    report: dict[str, Any] = {"baseline": str(baseline or ""), "runs": runs, "median_ms": medians}
+    summary = ", ".join(f"{name} {ms:.3f} ms" for name, ms in medians.items())
     if baseline is not None:
-        ratios = [a / b for a, b in zip(medians["this checkout"], medians["baseline"], strict=True)]
+        ratios = [a / b for a, b in zip(each["this checkout"], each["baseline"], strict=True)]
         report["median_ratio"] = statistics.median(ratios)
+        summary += f"; ratio {report['median_ratio']:.3f}"
+    streams = runs["this checkout"][0]["streams"]
     console.print(
-        f"host time per decode step, 64 streams x {tokens} tokens, medians of {rounds}: "
-        + ", ".join(f"{name} {report[f'{name} median_ms']:.3f} ms" for name in runs)
-        + (f"; ratio {report['median_ratio']:.3f}" if baseline is not None else "")
+        f"host time per decode step, {streams} streams x {tokens} tokens, "
+        f"medians of {rounds}: {summary}"
     )
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -30,13 +30,14 @@ BENCHES = {
     "host-step": Bench("the engine core's host time per decode step, against a baseline",
                        "host_step", "run_host_step_bench"),
 }  # fmt: skip
+WITH_BASELINE = frozenset({"faults", "host-step"})  # they take --baseline DIR
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     bench = BENCHES[args.bench]
     run = getattr(importlib.import_module(f"bench.{bench.module}"), bench.function)
     extra = {"llama_server": args.llama_server} if args.bench == "quant" else {}
-    if args.bench in ("faults", "host-step"):
+    if args.bench in WITH_BASELINE:
         extra = {"baseline": args.baseline}
     run(quick=args.quick, out_path=args.out, **extra)
     return 0
@@ -52,7 +53,7 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
             "--out", type=Path, default=Path(f"bench-results/{name}.json"), help="JSON report"
         )
         one.set_defaults(func=cmd_bench)
-        if name in ("faults", "host-step"):
+        if name in WITH_BASELINE:
             one.add_argument(
                 "--baseline",
                 type=Path,

@@ -166,9 +166,9 @@ class BlockManager:
         """Gives back seq's blocks beyond num_tokens (slots of rejected proposals, or
         reserved for proposals that were then dropped). They hold nothing worth
         keeping, so they are reused first."""
-        table, keep = seq.block_table, -(-num_tokens // self.block_size)
-        while len(table) > keep:
-            self._release(table.pop(), reuse_first=True)
+        keep = self.blocks_needed(num_tokens)
+        while len(seq.block_table) > keep:
+            self._release(seq.block_table.pop(), reuse_first=True)
 
     def reset_prefix_cache(self) -> bool:
         """Forgets every cached block (vLLM's `reset_prefix_cache`). Only while no request

@@ -167,9 +167,9 @@ class Scheduler:
                 seq.num_computed_tokens += item.num_new_tokens
                 self.block_manager.cache_full_blocks(seq)
                 continue
-            before = len(seq.token_ids)
+            before = seq.num_tokens
             finish = self._append_tokens(seq, next(tokens_of), now)  # may stop inside the run
-            appended = len(seq.token_ids) - before
+            appended = seq.num_tokens - before
             sampled.append((seq, appended))
             self.num_generated_tokens += appended
             # KV stays valid for this step's real inputs and the kept proposals: every

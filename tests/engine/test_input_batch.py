@@ -160,7 +160,11 @@ def test_a_step_of_decodes_builds_what_any_step_builds(name):
     assert fast.attn_meta.__class__ is slow.attn_meta.__class__
     for got, want in zip(_values(fast), _values(slow), strict=True):
         assert torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want
-    assert fast.positions.tolist() == [s.num_tokens - 1 for s in seqs]
+    positions = [s.num_tokens - 1 for s in seqs]
+    assert fast.positions.tolist() == positions
+    if name == "cpu":  # its builder has a branch of its own for a token a row, on both paths
+        assert fast.attn_meta.token_row.tolist() == list(range(len(seqs)))
+        assert fast.attn_meta.token_keys.tolist() == [p + 1 for p in positions]
 
 
 def _values(inputs: ModelInputs) -> list[object]:
