@@ -1,9 +1,10 @@
 """What the checks that hold in any language compare of a question: its numbers (digits,
 number words from `language_words.json`, Chinese and Japanese numerals), quoted text,
 names (capitalised words inside a sentence, Latin-script words in a text of another
-script), negations and the kind of answer its question word asks for (a person, a
-time, a place, a reason); and, for the verifier, its words and character pairs.
-Extracted once per text (cached)."""
+script), the days it is about (today, tomorrow, a weekday), negations, the listed
+opposites it says one side of (turn on / off) and the kind of answer its question word
+asks for (a person, a time, a place, a reason); and, for the verifier, its words and
+character pairs. Extracted once per text (cached)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ QUESTION_WORDS: dict[str, dict[str, tuple[str, ...]]] = {
     lang: {kind: tuple(words) for kind, words in kinds.items()}
     for lang, kinds in _LISTS["question_words"]["by_language"].items()
 }
+# Per language, pairs of sides; a side is word beginnings ("$" at the end: a whole word),
+# or strings inside the text where words are not spaced or verbs agglutinate.
+OPPOSITES: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = {
+    lang: tuple((tuple(x.split("|")), tuple(y.split("|"))) for x, y in pairs)
+    for lang, pairs in _LISTS["opposites"]["by_language"].items()
+}
+# Per language, the days a question can be about (today, tomorrow, yesterday, the
+# weekdays, the weekend), each written as a side of OPPOSITES is.
+DAYS: dict[str, tuple[tuple[str, ...], ...]] = {
+    lang: tuple(tuple(day.split("|")) for day in days)
+    for lang, days in _LISTS["days"]["by_language"].items()
+}
 NUMBER_WORDS: dict[str, dict[str, float]] = {
     lang: {word: float(value) for word, value in words.items()}
     for lang, words in _LISTS["number_words"]["by_language"].items()
@@ -29,6 +42,8 @@ NUMBER_WORDS: dict[str, dict[str, float]] = {
 # Written without spaces between words: lists are looked for inside the text, and the
 # text's words are its characters.
 UNSPACED = frozenset({"zh", "ja"})
+# Opposites are looked for inside the text: verbs agglutinate in Korean ("켜는", "켜요").
+INSIDE_TEXT = UNSPACED | {"ko"}
 
 _WORD = re.compile(r"[^\W_]+(?:['\u2019-][^\W_]+)*", re.UNICODE)
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)?")
@@ -51,10 +66,13 @@ class LanguageFeatures:
     language: str
     numbers: tuple[float, ...]  # sorted; one is left out (the unit quantity, an article)
     measured: dict[float, str]  # a number in digits -> how the word after it starts
+    days: frozenset[int]  # indexes into DAYS[language]: today, tomorrow, ..., the weekend
     quoted: frozenset[str]
     names: frozenset[str]  # lower-cased
     negations: int
     asks: str | None  # "who" | "when" | "where" | "why", from the first question word
+    # (i, side) for each listed pair of opposites i of which the text says one side only
+    opposites: frozenset[tuple[int, int]]
     words: frozenset[str]  # lower-cased words; characters for zh and ja
     text: str  # case-folded letters and digits only, for character comparisons
 
@@ -144,6 +162,39 @@ def _asks(text: str, words: list[str], language: str) -> str | None:
     return None if first is None else first[1]
 
 
+def _says(side: tuple[str, ...], words: list[str], text: str, inside: bool) -> bool:
+    if inside:
+        return any(s in text for s in side)
+    return any(w == s[:-1] if s.endswith("$") else w.startswith(s) for w in words for s in side)
+
+
+def _days(words: list[str], text: str, language: str) -> frozenset[int]:
+    inside = language in INSIDE_TEXT
+    return frozenset(
+        i for i, day in enumerate(DAYS.get(language, ())) if _says(day, words, text, inside)
+    )
+
+
+def _opposites(words: list[str], text: str, language: str) -> frozenset[tuple[int, int]]:
+    """The sides of listed opposites the text says, where it says one side only. A side
+    that contains the other ("비활성화" holds "활성화") is taken out before the shorter is
+    looked for."""
+    inside = language in INSIDE_TEXT
+    found = set()
+    for i, sides in enumerate(OPPOSITES.get(language, ())):
+        said = []
+        for side, other in (sides, sides[::-1]):
+            rest = text
+            for longer in other:
+                if any(s in longer for s in side):
+                    rest = rest.replace(longer, "")
+            kept = [w for w in words if not _says(other, [w], "", False)] if not inside else words
+            said.append(_says(side, kept, rest, inside))
+        if said[0] != said[1]:
+            found.add((i, 0 if said[0] else 1))
+    return frozenset(found)
+
+
 @lru_cache(maxsize=8192)
 def language_features(text: str, language: str) -> LanguageFeatures:
     text = _normalized(text)
@@ -154,10 +205,12 @@ def language_features(text: str, language: str) -> LanguageFeatures:
         language=language,
         numbers=_numbers(text, words, language),
         measured=_measured(text, language),
+        days=_days(words, letters, language),
         quoted=_quoted(text),
         names=_names(text, language),
         negations=_negations(folded, words, language),
         asks=_asks(folded, words, language),
+        opposites=_opposites(words, letters, language),
         words=frozenset(letters if language in UNSPACED else words),
         text=letters,
     )

@@ -4,22 +4,30 @@ verifier's multilingual model.
 The certain checks (`language_features.py` extracts what they compare): both questions
 in the same language; the same numbers (digits, number words, Chinese numerals), each
 measuring the same thing ("20 miles en kilomètres" vs "20 kilomètres en miles"); the
-same quoted text where both quote some ("《三国演义》" vs "《水浒传》"); no name on each
-side that the other lacks (capitalised words, Latin-script names in another script);
-negated alike (per-language word lists); and, where both ask with a question word, the
-same kind of answer (a person, a time, a place, a reason). The verifier then weighs the
-multilingual embedder's similarity against how much wording the two share: a question
-that keeps every word but one is another question more often than not ("上海有多少人口"
-vs "深圳有多少人口"), while a paraphrase rewords. A language has its own similarity
-threshold below which nothing is served (`Verifier.thresholds`); a language without
-one has no semantic tier.
+same days where both name one ("hoy" vs "mañana"); the same quoted text where both
+quote some ("《三国演义》" vs "《水浒传》"); no name on each side that the other lacks
+(capitalised words, Latin-script names in another script); negated alike (per-language
+word lists); no listed opposite said where the other says its counterpart (включить /
+отключить, 打开 / 关闭); and, where both ask with a question word, the same kind of
+answer (a person, a time, a place, a reason). The verifier then weighs the multilingual
+embedder's similarity against how much wording the two share: a question that keeps
+every word but one is another question more often than not ("上海有多少人口" vs
+"深圳有多少人口"), while a paraphrase rewords. A language has its own similarity
+threshold below which nothing is served (`Verifier.thresholds`); a language without one
+has no semantic tier.
 """
 
 from __future__ import annotations
 
 from cache.guard import PASS, Verdict
 from cache.language import language
-from cache.language_features import UNSPACED, LanguageFeatures, language_features
+from cache.language_features import (
+    DAYS,
+    OPPOSITES,
+    UNSPACED,
+    LanguageFeatures,
+    language_features,
+)
 from cache.verifier import VERIFIERS, Verifier, overlap_features
 
 
@@ -33,6 +41,8 @@ def certain(a: LanguageFeatures, b: LanguageFeatures) -> Verdict | None:
     if units:
         n = min(units)
         return Verdict(False, "units", f"{n:g} {a.measured[n]}... vs {n:g} {b.measured[n]}...")
+    if a.days and b.days and a.days != b.days:
+        return Verdict(False, "days", f"{_day_names(a)} vs {_day_names(b)}")
     if a.quoted and b.quoted and a.quoted != b.quoted:
         return Verdict(False, "literal", f"quoted {_fmt(a.quoted)} vs {_fmt(b.quoted)}")
     only_a = {n for n in a.names if not b.mentions(n)}
@@ -41,6 +51,10 @@ def certain(a: LanguageFeatures, b: LanguageFeatures) -> Verdict | None:
         return Verdict(False, "entities", f"{_fmt(only_a)} vs {_fmt(only_b)}")
     if a.negations % 2 != b.negations % 2:
         return Verdict(False, "negation", "one question is negated, the other is not")
+    flipped = sorted(i for i, side in a.opposites if (i, 1 - side) in b.opposites)
+    if flipped:
+        x, y = OPPOSITES[a.language][flipped[0]]
+        return Verdict(False, "opposites", f"{x[0].rstrip('$')}... vs {y[0].rstrip('$')}...")
     if a.asks and b.asks and a.asks != b.asks:
         return Verdict(False, "question_type", f"{a.asks} vs {b.asks}")
     return None
@@ -61,6 +75,10 @@ def pair_features(a: LanguageFeatures, b: LanguageFeatures, similarity: float) -
         "character_bigrams": characters["bigrams"],
         "similarity_x_sequence": similarity * characters["sequence"],
     }
+
+
+def _day_names(f: LanguageFeatures) -> str:
+    return "{" + ", ".join(DAYS[f.language][i][0].rstrip("$") for i in sorted(f.days)) + "}"
 
 
 def _fmt(values: object) -> str:

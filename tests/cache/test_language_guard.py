@@ -31,6 +31,15 @@ NEAR_MISSES = [
      "Wann wurde die Relativitätstheorie entwickelt?", "question_type"),
     ("Quem pintou a Mona Lisa?", "Onde está a Mona Lisa?", "question_type"),
     ("What is the capital of France?", "Quelle est la capitale de la France ?", "language"),
+    ("Ist die Apotheke am Samstag geöffnet?", "Ist die Apotheke am Sonntag geöffnet?", "days"),
+    ("明天北京天气怎么样？", "今天北京天气怎么样？", "days"),
+    ("Как включить автоплатёж?", "Как отключить автоплатёж?", "opposites"),
+    ("Como ativo a autenticação em dois fatores?", "Como desativo a autenticação em dois fatores?",
+     "opposites"),
+    ("怎么打开蓝牙？", "怎么关闭蓝牙？", "opposites"),
+    ("블루투스를 활성화하는 방법", "블루투스를 비활성화하는 방법", "opposites"),
+    ("Hoe zet ik de meldingen aan?", "Hoe zet ik de meldingen uit?", "opposites"),
+    ("Vale la pena comprare casa adesso?", "Vale la pena vendere casa adesso?", "opposites"),
 ]  # fmt: skip
 
 
@@ -49,6 +58,11 @@ def test_near_misses_are_told_apart_in_any_language(cached: str, query: str, rul
         ("Quelle est la capitale de l'Australie ?", "c'est quoi la capitale de l'australie"),
         ("Сколько километров в 5 милях?", "Пять миль — это сколько километров?"),
         ("Wie kündige ich meinen Handyvertrag?", "Wie kann ich meinen Mobilfunkvertrag kündigen?"),
+        ("¿Abre el banco el sábado?", "¿el banco abre los sabados?"),  # one day, two spellings
+        ("Что приготовить на завтрак?", "Какой завтрак приготовить?"),  # breakfast, not tomorrow
+        # one side of a pair of opposites, said in other words, is no opposite
+        ("블루투스를 비활성화하는 방법", "블루투스는 어떻게 비활성화하나요"),
+        ("Comment désactiver les notifications ?", "Je veux désactiver les notifs"),
     ],
 )
 def test_paraphrases_pass_the_certain_checks(cached: str, query: str):
@@ -91,6 +105,17 @@ def test_features_read_numbers_names_and_quotes():
     assert ja.numbers == (2.0,) and ja.names == frozenset({"iphone"}) and ja.negations == 1
 
 
+def test_opposites_are_read_by_word_beginnings_or_inside_the_text():
+    pairs = features_module.OPPOSITES
+    ru = language_features("Как отключить уведомления?", "ru").opposites
+    assert {pairs["ru"][i] for i, side in ru if side == 1} >= {(("включ",), ("выключ", "отключ"))}
+    # "비활성화" holds "활성화": the longer is taken out before the shorter is looked for
+    ko = language_features("블루투스 비활성화", "ko").opposites
+    assert [side for i, side in ko if "활성화" in pairs["ko"][i][0]] == [1]
+    # a trailing "$" asks for the whole word: "uitgebreid" says nothing of "uit"
+    assert language_features("Een uitgebreide handleiding", "nl").opposites == frozenset()
+
+
 def test_each_word_list_says_what_it_is_for_and_covers_the_fitted_languages():
     lists = json.loads(WORDS.read_text(encoding="utf-8"))
     fitted = LanguageGuard().languages
@@ -101,3 +126,4 @@ def test_each_word_list_says_what_it_is_for_and_covers_the_fitted_languages():
         assert words == words.lower(), name
     assert fitted <= set(lists["negations"]["by_language"])
     assert fitted <= set(lists["question_words"]["by_language"])
+    assert fitted <= set(lists["opposites"]["by_language"])
