@@ -29,7 +29,7 @@ here. The word lists they read are in `guard_words.json`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -388,7 +388,8 @@ def pair_features(
     not, how much of
     their wording they share (all words: in common, in the same order, as adjacent pairs;
     content words in common, whether each side has one the other lacks, a word exchanged,
-    and how many one side adds): a pair that keeps most words but changes one is another
+    and how many one side adds; whether one is the other with words added, alone and
+    scaled by the similarity): a pair that keeps most words but changes one is another
     question more often than not, one that keeps every content word is rewording; and
     which grey rules found something (`grey`), alone and scaled by the similarity (a
     synonym exchanged scores higher than another thing named)."""
@@ -409,6 +410,9 @@ def pair_features(
     shared = overlap_features(a.words, b.words)
     only = (len(set(ca) - set(cb)), len(set(cb) - set(ca)))
     union = set(ca) | set(cb)
+    # One question is the other with words added ("the health benefits of ..."): how
+    # much such an addition matters depends on the similarity more than on the wording.
+    inserted = differs * float(_within(a.words, b.words) or _within(b.words, a.words))
     values = {
         "similarity": similarity,
         "same_content": 1.0 - differs,
@@ -417,12 +421,20 @@ def pair_features(
         "exchanged": float(min(only) > 0),
         "added": float(max(only)),
         "similarity_x_sequence": similarity * shared["sequence"] * differs,
+        "inserted": inserted,
+        "inserted_x_similarity": inserted * similarity,
     }
     for name in GREY_RULES:
         found = float(name in grey)
         values[name] = found
         values[f"{name}_x_similarity"] = found * similarity
     return values
+
+
+def _within(short: Sequence[str], long: Sequence[str]) -> bool:
+    """Whether `short` is `long` with words left out (a subsequence, in order)."""
+    rest = iter(long)
+    return len(short) < len(long) and all(w in rest for w in short)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pytest
 
 from bench.calibrate import calibrate, load_pairs
 from cache import DEFAULT_THRESHOLD, Embedder, Guard, SemanticCache
-from cache.guard import GREY_RULES, VERIFIER
+from cache.guard import GREY_RULES, VERIFIER, pair_features
 from tests.cache.fixtures import Run
 
 DATA = Path(__file__).parents[2] / "data"
@@ -320,6 +320,19 @@ def test_paraphrases_pass_the_word_rules(cached: str, query: str):
 )
 def test_paraphrases_pass_the_verifier(cached: str, query: str, embedder: Embedder):
     assert Guard().check(cached, query, _similarity(embedder, cached, query)).ok
+
+
+def test_words_added_to_a_question_are_told_from_words_exchanged():
+    guard = Guard()
+
+    def inserted(cached: str, query: str) -> float:
+        evidence = guard.evidence(cached, query)
+        return pair_features(evidence.a, evidence.b, 0.9, ())["inserted"]
+
+    assert inserted("Why is the sky blue?", "Why is the sky blue in color?") == 1.0
+    assert inserted("Where is Mount Kilimanjaro located?", "Where is Mount Kilimanjaro?") == 1.0
+    assert inserted("How do I reverse a list in Python?", "How do I sort a list in Python?") == 0
+    assert inserted("What is Docker used for?", "What's Docker used for?") == 0  # same content
 
 
 def test_two_kinds_of_answer_named_are_two_questions(embedder: Embedder):
