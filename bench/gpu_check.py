@@ -174,6 +174,36 @@ class Check:
         result["hf_padded_batch"] = len(prompts) * n / seconds
         return result, tokens
 
+    def graph_rounds(self, path: Path, rounds: int) -> dict[str, Any]:
+        """The graphs mode alone, `rounds` times in one engine: `requests` x
+        `request_tokens` and batch-1 decode of `decode_tokens`, other prompts each round
+        (the prefix cache saves nothing). Spreads what one batch64 run gives once."""
+        llm = self.engine(path, **self.modes()["engine_flash_graphs"], max_num_seqs=self.requests)
+        llm.generate(["warm up"], SamplingParams(max_tokens=4, temperature=0.0))
+        many = SamplingParams(max_tokens=self.request_tokens, temperature=0.0, ignore_eos=True)
+        one = SamplingParams(max_tokens=self.decode_tokens, temperature=0.0, ignore_eos=True)
+        rates: dict[str, list[float]] = {"batch": [], "batch1": []}
+        for r in range(rounds):
+            for name, prompts, params in (
+                ("batch", [f"Round {r}, request {i}: tell me about" for i in range(self.requests)],
+                 many),
+                ("batch1", [f"Round {r}: tell me about"], one),
+            ):  # fmt: skip
+                outs: list[Any] = []
+                seconds = self.timed(
+                    lambda p=prompts, q=params, o=outs: o.extend(llm.generate(p, q))
+                )
+                rates[name].append(sum(len(o.token_ids) for o in outs) / seconds)
+        release(llm)
+        later = {k: v[1:] or v for k, v in rates.items()}
+        return {
+            "requests": self.requests,
+            "request_tokens": self.request_tokens,
+            "batch_tok_s": rates["batch"],
+            "batch1_tok_s": rates["batch1"],
+            "median_after_first": {k: statistics.median(v) for k, v in later.items()},
+        }
+
     def profile(self, path: Path) -> dict[str, Any]:
         """Where a decode step's time goes with graphs, at batch 1 and at `requests`."""
         from torch.profiler import ProfilerActivity, profile
@@ -335,6 +365,13 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument(
+        "--graph-rounds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only time the graphs mode, N rounds in one engine (no tests, no transformers)",
+    )
     args = parser.parse_args()
     if args.export_tokenizer:
         export_tokenizer(args.export_tokenizer)
@@ -346,7 +383,15 @@ def main() -> None:
             args.out.write_text(json.dumps(result, indent=1))
 
     try:
-        run(args, result, saved)
+        if args.graph_rounds > 0:
+            check = Check(args.device, args.quick)
+            result["device"] = (
+                torch.cuda.get_device_name() if check.device.type == "cuda" else "cpu"
+            )
+            path = random_model(args.tokenizer_dir)
+            result["graph_rounds"] = check.graph_rounds(path, args.graph_rounds)
+        else:
+            run(args, result, saved)
     except Exception:
         result["error"] = traceback.format_exc()[-4000:]
     saved()
