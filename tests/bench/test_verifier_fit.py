@@ -45,6 +45,7 @@ def test_the_shipped_verifier_records_every_fit_set():
         "data/cache_multilingual_a.jsonl",
         "data/cache_multilingual_c.jsonl",
         "data/cache_multilingual_e.jsonl",
+        "data/cache_multilingual_g.jsonl",
     }
     assert FITTED["floor"] == DEFAULT_THRESHOLD and FITTED["target_precision"] == TARGET_PRECISION
 
