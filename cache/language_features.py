@@ -176,23 +176,27 @@ def _days(words: list[str], text: str, language: str) -> frozenset[int]:
 
 
 def _opposites(words: list[str], text: str, language: str) -> frozenset[tuple[int, int]]:
-    """The sides of listed opposites the text says, where it says one side only. A side
-    that contains the other ("비활성화" holds "활성화") is taken out before the shorter is
-    looked for."""
+    """The sides of listed opposites the text says, where it says one side only."""
     inside = language in INSIDE_TEXT
     found = set()
-    for i, sides in enumerate(OPPOSITES.get(language, ())):
-        said = []
-        for side, other in (sides, sides[::-1]):
-            rest = text
-            for longer in other:
-                if any(s in longer for s in side):
-                    rest = rest.replace(longer, "")
-            kept = [w for w in words if not _says(other, [w], "", False)] if not inside else words
-            said.append(_says(side, kept, rest, inside))
-        if said[0] != said[1]:
-            found.add((i, 0 if said[0] else 1))
+    for i, (x, y) in enumerate(OPPOSITES.get(language, ())):
+        says_x = _says_apart(x, y, words, text, inside)
+        if says_x != _says_apart(y, x, words, text, inside):
+            found.add((i, 0 if says_x else 1))
     return frozenset(found)
+
+
+def _says_apart(side: tuple[str, ...], other: tuple[str, ...], words: list[str], text: str,
+                inside: bool) -> bool:  # fmt: skip
+    """Whether the text says `side` where it does not say `other`: the other side's
+    strings that hold this side's ("비활성화" holds "활성화") are taken out of the text,
+    and words that begin as the other side does are not counted."""
+    if inside:
+        for longer in other:
+            if any(s in longer for s in side):
+                text = text.replace(longer, "")
+        return _says(side, words, text, inside)
+    return _says(side, [w for w in words if not _says(other, [w], "", False)], text, inside)
 
 
 @lru_cache(maxsize=8192)
