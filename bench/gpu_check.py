@@ -55,6 +55,10 @@ class Check:
         self.rounds = 2 if quick else 3
         self.requests, self.request_tokens = (8, 16) if quick else (64, 256)
 
+    @property
+    def device_name(self) -> str:
+        return torch.cuda.get_device_name() if self.device.type == "cuda" else "cpu"
+
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -182,13 +186,11 @@ class Check:
         llm.generate(["warm up"], SamplingParams(max_tokens=4, temperature=0.0))
         many = SamplingParams(max_tokens=self.request_tokens, temperature=0.0, ignore_eos=True)
         one = SamplingParams(max_tokens=self.decode_tokens, temperature=0.0, ignore_eos=True)
-        rates: dict[str, list[float]] = {"batch": [], "batch1": []}
+        sides = {"batch": (self.requests, many), "batch1": (1, one)}
+        rates: dict[str, list[float]] = {name: [] for name in sides}
         for r in range(rounds):
-            for name, prompts, params in (
-                ("batch", [f"Round {r}, request {i}: tell me about" for i in range(self.requests)],
-                 many),
-                ("batch1", [f"Round {r}: tell me about"], one),
-            ):  # fmt: skip
+            for name, (count, params) in sides.items():
+                prompts = [f"Round {r}, {name} request {i}: tell me about" for i in range(count)]
                 outs: list[Any] = []
                 seconds = self.timed(
                     lambda p=prompts, q=params, o=outs: o.extend(llm.generate(p, q))
@@ -307,7 +309,7 @@ def run(args: argparse.Namespace, result: dict[str, Any], saved: Callable[[], No
 
     started = time.perf_counter()
     check = Check(args.device, args.quick)
-    result["device"] = torch.cuda.get_device_name() if check.device.type == "cuda" else "cpu"
+    result["device"] = check.device_name
     result["torch"] = torch.__version__
     result["cuda"] = torch.version.cuda
     if check.device.type == "cuda":
@@ -385,9 +387,7 @@ def main() -> None:
     try:
         if args.graph_rounds > 0:
             check = Check(args.device, args.quick)
-            result["device"] = (
-                torch.cuda.get_device_name() if check.device.type == "cuda" else "cpu"
-            )
+            result["device"] = check.device_name
             path = random_model(args.tokenizer_dir)
             result["graph_rounds"] = check.graph_rounds(path, args.graph_rounds)
         else:

@@ -51,10 +51,12 @@ def certain(a: LanguageFeatures, b: LanguageFeatures) -> Verdict | None:
         return Verdict(False, "entities", f"{_fmt(only_a)} vs {_fmt(only_b)}")
     if a.negations % 2 != b.negations % 2:
         return Verdict(False, "negation", "one question is negated, the other is not")
-    flipped = sorted(i for i, side in a.opposites if (i, 1 - side) in b.opposites)
-    if flipped:
-        x, y = OPPOSITES[a.language][flipped[0]]
-        return Verdict(False, "opposites", f"{x[0].rstrip('$')}... vs {y[0].rstrip('$')}...")
+    flipped = min(((i, side) for i, side in a.opposites if (i, 1 - side) in b.opposites),
+                  default=None)  # fmt: skip
+    if flipped is not None:
+        i, side = flipped
+        said, other = OPPOSITES[a.language][i][side], OPPOSITES[a.language][i][1 - side]
+        return Verdict(False, "opposites", f"{_first(said)}... vs {_first(other)}...")
     if a.asks and b.asks and a.asks != b.asks:
         return Verdict(False, "question_type", f"{a.asks} vs {b.asks}")
     return None
@@ -78,7 +80,12 @@ def pair_features(a: LanguageFeatures, b: LanguageFeatures, similarity: float) -
 
 
 def _day_names(f: LanguageFeatures) -> str:
-    return "{" + ", ".join(DAYS[f.language][i][0].rstrip("$") for i in sorted(f.days)) + "}"
+    return "{" + ", ".join(_first(DAYS[f.language][i]) for i in sorted(f.days)) + "}"
+
+
+def _first(listed: tuple[str, ...]) -> str:
+    """The first way a word list writes a word (a trailing "$", whole word, left off)."""
+    return listed[0].rstrip("$")
 
 
 def _fmt(values: object) -> str:

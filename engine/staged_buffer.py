@@ -6,6 +6,9 @@ import math
 
 import torch
 
+# Views kept per buffer: a steady stream of decodes asks for a handful of shapes.
+MAX_VIEWS = 64
+
 
 class StagedBuffer:
     """A persistent integer buffer (int64 unless a kernel wants int32), written on the
@@ -20,8 +23,9 @@ class StagedBuffer:
         self.host = torch.zeros(size, dtype=dtype, pin_memory=device.type == "cuda")
         self.np = self.host.numpy()
         self.device = self.host if on_cpu else torch.zeros(size, dtype=dtype, device=device)
-        # The (host, device) views of each shape asked for: a step's shapes recur, and
-        # making a view is a library call (a step's host time is mostly such calls).
+        # The (host, device) views of the shapes asked for lately: a step's shapes recur,
+        # and making a view is a library call (a step's host time is mostly such calls).
+        # Bounded: a table's shape (rows, width) takes many values over a server's life.
         self._views: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def copy(self, *shape: int) -> torch.Tensor:
@@ -29,6 +33,8 @@ class StagedBuffer:
         first rows * width values as a [rows, width] table."""
         views = self._views.get(shape)
         if views is None:
+            if len(self._views) >= MAX_VIEWS:
+                self._views.clear()
             size = math.prod(shape)
             host = self.host[:size].view(shape)
             device = host if self.device is self.host else self.device[:size].view(shape)

@@ -105,6 +105,11 @@ def test_features_read_numbers_names_and_quotes():
     assert ja.numbers == (2.0,) and ja.names == frozenset({"iphone"}) and ja.negations == 1
 
 
+def test_an_opposite_is_named_as_each_question_says_it():
+    verdict = LanguageGuard().check("Как отключить автоплатёж?", "Как включить автоплатёж?")
+    assert verdict.rule == "opposites" and verdict.detail == "выключ... vs включ..."
+
+
 def test_opposites_are_read_by_word_beginnings_or_inside_the_text():
     pairs = features_module.OPPOSITES
     ru = language_features("Как отключить уведомления?", "ru").opposites
