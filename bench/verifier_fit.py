@@ -64,21 +64,39 @@ class HeldOutScore:
     score: PairScore
 
 
-def measure_english(pairs: Sequence[Pair], embedder: Embedder, guard: Guard) -> list[MeasuredPair]:
+def measure_english(
+    pairs: Sequence[Pair],
+    embedder: Embedder,
+    guard: Guard,
+    held_out: Sequence[float] | None = None,
+) -> list[MeasuredPair]:
+    """The pairs' English measures. The `cross` feature is the guard's cross-encoder's
+    logit, or for a fit set the `held_out` logits its adapter file keeps
+    (`bench.cross_encoder_fit.read_held_out`), which the verifier is fitted on."""
     texts = list(dict.fromkeys(t for p in pairs for t in (p.cached, p.query)))
     vectors = dict(zip(texts, embed_cached(embedder, texts), strict=True))
+    evidence = [guard.evidence(p.cached, p.query) for p in pairs]
+    if held_out is not None:
+        cross = {(p.cached, p.query): x for p, x in zip(pairs, held_out, strict=True)}
+    else:
+        # Only the pairs the certain rules pass: no other is decided.
+        passed = [
+            (p.cached, p.query) for p, e in zip(pairs, evidence, strict=True) if e.certain is None
+        ]
+        cross = dict(zip(passed, guard.cross.score_many(passed), strict=True))
     rows = []
-    for p in pairs:
+    for p, e in zip(pairs, evidence, strict=True):
         similarity = float(np.dot(vectors[p.cached], vectors[p.query]))
-        evidence = guard.evidence(p.cached, p.query)
-        grey = {v.rule for v in evidence.grey if v.rule}
+        grey = {v.rule for v in e.grey if v.rule}
         rows.append(
             MeasuredPair(
                 label=p.label,
-                language=evidence.b.language,
+                language=e.b.language,
                 similarity=similarity,
-                certain_rule=None if evidence.certain is None else evidence.certain.rule,
-                features=pair_features(evidence.a, evidence.b, similarity, grey),
+                certain_rule=None if e.certain is None else e.certain.rule,
+                features=pair_features(
+                    e.a, e.b, similarity, grey, cross.get((p.cached, p.query), 0.0)
+                ),
             )
         )
     return rows

@@ -19,8 +19,9 @@ The rules that are certain (a different number, unit, name, negation, direction,
 opposite word, quoted text or kind of question is never the same question) reject on
 their own. The others (contrast, substitution, modifier, qualifier) mark the grey
 zone: with the embeddings' similarity, the verifier (`verifier.py`, fitted on the
-labelled pairs) weighs what they found together with the similarity and the words the
-two questions share; without one, a grey rule rejects on its own too.
+labelled pairs) weighs what they found together with the similarity, the words the two
+questions share and the cross-encoder's reading of the two side by side
+(`cross_encoder.py`); without one, a grey rule rejects on its own too.
 
 Each rule below is a function registered by `@rule` with an example pair it rejects
 (tests/cache/test_guard_rules.py checks each); they run in the order they are defined
@@ -33,7 +34,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cache import lexicon
+from cache import cross_encoder, lexicon
 from cache.guard_compare import (
     ANTONYMS,
     AUDIENCES,
@@ -79,6 +80,7 @@ class Rule:
 # Every rule by name, in the order they run: the first to reject names the verdict.
 REGISTRY: dict[str, Rule] = {}
 VERIFIER = "verifier"  # the name a verdict of the verifier carries
+CROSS = "cross"  # the verifier's feature that is the cross-encoder's logit
 
 
 def rule(example: tuple[str, str], certain: bool = True) -> Callable[[Check], Check]:
@@ -381,9 +383,10 @@ def _same_words(ca: list[str], cb: list[str]) -> bool:
 
 
 def pair_features(
-    a: Features, b: Features, similarity: float, grey: Collection[str]
+    a: Features, b: Features, similarity: float, grey: Collection[str], cross: float
 ) -> dict[str, float]:
-    """What the verifier weighs of a pair the certain rules passed: the similarity; whether
+    """What the verifier weighs of a pair the certain rules passed: the similarity; the
+    cross-encoder's logit (`cross`) that the two ask the same thing; whether
     the two have the same content words (framing words aside, synonyms alike) and, when
     not, how much of
     their wording they share (all words: in common, in the same order, as adjacent pairs;
@@ -415,6 +418,7 @@ def pair_features(
     inserted = differs * float(_within(a.words, b.words) or _within(b.words, a.words))
     values = {
         "similarity": similarity,
+        CROSS: cross,
         "same_content": 1.0 - differs,
         **{name: value * differs for name, value in shared.items()},
         "content_jaccard": differs * (len(set(ca) & set(cb)) / len(union) if union else 1.0),
@@ -449,21 +453,40 @@ class Evidence:
 
 
 class Guard:
-    """`check(cached, query, similarity)` -> Verdict. Rules can be switched off by name."""
+    """`check(cached, query, similarity)` -> Verdict. Rules can be switched off by name.
+    A check that reaches the verifier runs the cross-encoder (a few milliseconds, on its
+    worker thread): call it off the event loop. Without a `cross_encoder`, the shipped one
+    is loaded on first use."""
 
     RULES = tuple(REGISTRY)  # the rules' names, in the order they run
 
     def __init__(
-        self, rules: tuple[str, ...] = RULES, verifier: Verifier = VERIFIERS["english"]
+        self,
+        rules: tuple[str, ...] = RULES,
+        verifier: Verifier = VERIFIERS["english"],
+        cross: cross_encoder.CrossEncoder | None = None,
     ) -> None:
         unknown = set(rules) - set(self.RULES)
         if unknown:
             raise ValueError(f"unknown guard rules {sorted(unknown)}; known: {self.RULES}")
         self.rules = rules
         self.verifier = verifier
+        self._cross = cross
         chosen = [REGISTRY[name] for name in rules]
         self._certain = tuple(r.check for r in chosen if r.certain)
         self._grey = tuple(r.check for r in chosen if not r.certain)
+
+    @property
+    def cross(self) -> cross_encoder.CrossEncoder:
+        if self._cross is None:
+            self._cross = cross_encoder.shared()
+        return self._cross
+
+    def load(self) -> None:
+        """Loads the cross-encoder now if the verifier reads it (a second or so), so the
+        first check does not, inside some lookup's time budget."""
+        if CROSS in self.verifier.features and self._cross is None:
+            self._cross = cross_encoder.shared()
 
     def evidence(self, cached: str, query: str) -> Evidence:
         a, b = features(cached), features(query)
@@ -485,9 +508,9 @@ class Guard:
             return evidence.certain
         if similarity is None:
             return evidence.grey[0] if evidence.grey else PASS
-        values = pair_features(
-            evidence.a, evidence.b, similarity, {v.rule for v in evidence.grey if v.rule}
-        )
+        grey = {v.rule for v in evidence.grey if v.rule}
+        cross = self.cross.score(cached, query) if CROSS in self.verifier.features else 0.0
+        values = pair_features(evidence.a, evidence.b, similarity, grey, cross)
         probability = self.verifier.probability(values)
         if probability >= self.verifier.cut:
             return PASS
@@ -496,5 +519,5 @@ class Guard:
             False,
             VERIFIER,
             f"probability {probability:.2f} < {self.verifier.cut:.2f} at similarity "
-            f"{similarity:.3f}" + (f" ({found})" if found else ""),
+            f"{similarity:.3f}, cross-encoder {cross:+.1f}" + (f" ({found})" if found else ""),
         )

@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import redis.exceptions
 
+from cache import cross_encoder
 from cache.circuit_breaker import CircuitBreaker
 from cache.embedder import Embedder
 from cache.guard import Guard
@@ -132,6 +133,7 @@ class SemanticCache:
         self.thresholds = thresholds or Thresholds()
         self.policy = policy or CachePolicy()
         self.guard = guard if guard is not None else Guard()
+        self.guard.load()
         self.tiers: list[Tier] = [ExactTier(store), english_tier(store, embedder, self.guard)]
         if multilingual is not None and any(
             f.embedder_id == multilingual.model_id for f in store.vectors
@@ -517,6 +519,8 @@ class CacheRuntime:
                 self.embedder = await asyncio.to_thread(Embedder)
             if self.multilingual is None:
                 self.multilingual = await asyncio.to_thread(MultilingualEmbedder)
+            # Loaded now rather than by the first question the verifier decides.
+            await asyncio.to_thread(cross_encoder.shared)
             emb = self.embedder
             self.store = CacheStore(
                 url,

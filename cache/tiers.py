@@ -15,6 +15,7 @@ A question in any other language keeps the exact tier only.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -173,11 +174,14 @@ class SemanticTier:
         for candidate in found:
             above = candidate.similarity >= threshold
             servable = accept is None or accept(candidate.entry)
-            # The guard's features of a new question cost ~0.5 ms of the event loop: on a
-            # typical miss (nothing above the threshold) a live lookup skips them.
+            # On a typical miss (nothing above the threshold) a live lookup skips the
+            # guard. Its check runs on a thread: the English verifier's cross-encoder takes
+            # a few milliseconds, the features of a new question ~0.5 ms.
             decides = above and servable and result.hit is None
             verdict = (
-                self.guard.check(candidate.entry.prompt, question.text, candidate.similarity)
+                await asyncio.to_thread(
+                    self.guard.check, candidate.entry.prompt, question.text, candidate.similarity
+                )
                 if decides or dry_run
                 else None
             )

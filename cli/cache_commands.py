@@ -94,6 +94,7 @@ def _print_report(r: CalibrationReport) -> None:
 
 def cmd_cache_fit(args: argparse.Namespace) -> int:
     from bench.calibrate import load_pairs
+    from bench.cross_encoder_fit import read_held_out
     from bench.verifier_fit import (
         fit,
         held_out,
@@ -103,7 +104,7 @@ def cmd_cache_fit(args: argparse.Namespace) -> int:
         score_pairs,
         verifier_file,
     )
-    from cache import DEFAULT_THRESHOLD, Embedder, Guard, MultilingualEmbedder
+    from cache import DEFAULT_THRESHOLD, Embedder, Guard, MultilingualEmbedder, cross_encoder
     from cache.verifier import TARGET_PRECISION
 
     floor = DEFAULT_THRESHOLD if args.floor is None else args.floor
@@ -115,7 +116,8 @@ def cmd_cache_fit(args: argparse.Namespace) -> int:
         embedder, multilingual = Embedder(), MultilingualEmbedder()
         try:
             guard = Guard()
-            en = {n: measure_english(p, embedder, guard) for n, p in english.items()}
+            cross = read_held_out(cross_encoder.WEIGHTS, english)
+            en = {n: measure_english(p, embedder, guard, cross[n]) for n, p in english.items()}
             ml = {n: measure_multilingual(p, multilingual) for n, p in other.items()}
             scored_en = {n: measure_english(p, embedder, guard) for n, p in scored.items()}
             scored_ml = {n: measure_multilingual(p, multilingual) for n, p in scored.items()}
@@ -172,6 +174,30 @@ def cmd_cache_fit(args: argparse.Namespace) -> int:
         table.add_row(name, how, f"{s.precision:.3f}", f"{s.recall:.3f}", str(s.hits),
                       str(s.false_hits))  # fmt: skip
     out.print(table)
+    return 0
+
+
+def cmd_cache_train_cross_encoder(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from bench.calibrate import load_pairs
+    from bench.cross_encoder_fit import FOLDS, held_out_logits, save, train
+
+    files = {str(path): load_pairs(path) for path in args.pairs}
+    with Progress(console=Console(stderr=True)) as progress:
+        fits = iter([*(f"fold {k + 1} of {FOLDS}" for k in range(FOLDS)), "all pairs"])
+        task = progress.add_task("", total=None)
+
+        def report(step: int, steps: int, loss: float) -> None:
+            if step == 1:
+                progress.update(task, description=next(fits))
+            progress.update(task, completed=step, total=steps)
+
+        held_out = held_out_logits(files, progress=report)
+        model = train([p for ps in files.values() for p in ps], progress=report)
+    save(model.tensors(), args.write, files, held_out)
+    n = sum(map(len, files.values()))
+    Console().print(f"wrote the cross-encoder (fitted on {n} pairs) to {args.write}")
     return 0
 
 
@@ -239,3 +265,19 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     )
     fit.add_argument("--json", action="store_true", help="print the models and scores as JSON")
     fit.set_defaults(func=cmd_cache_fit)
+    train = cache_sub.add_parser(
+        "train-cross-encoder",
+        help="fit the cross-encoder (a LoRA adapter of the bundled MiniLM) to labelled English "
+        "pairs; refit the verifier after (`cache fit`)",
+    )
+    train.add_argument(
+        "--pairs", type=Path, nargs="+", required=True, help="the English fit sets (JSONL)"
+    )
+    train.add_argument(
+        "--write",
+        type=Path,
+        required=True,
+        metavar="SAFETENSORS",
+        help="where to write the adapter (the guard loads cache/cross_encoder.safetensors)",
+    )
+    train.set_defaults(func=cmd_cache_train_cross_encoder)

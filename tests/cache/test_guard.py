@@ -327,7 +327,7 @@ def test_words_added_to_a_question_are_told_from_words_exchanged():
 
     def inserted(cached: str, query: str) -> float:
         evidence = guard.evidence(cached, query)
-        return pair_features(evidence.a, evidence.b, 0.9, ())["inserted"]
+        return pair_features(evidence.a, evidence.b, 0.9, (), 0.0)["inserted"]
 
     assert inserted("Why is the sky blue?", "Why is the sky blue in color?") == 1.0
     assert inserted("Where is Mount Kilimanjaro located?", "Where is Mount Kilimanjaro?") == 1.0

@@ -1,0 +1,147 @@
+"""The cross-encoder: all-MiniLM-L6-v2 reading a cached question and a new one together,
+so each word of one attends to the other's, with a fitted head saying whether they ask
+the same thing. Its logit is one of the English verifier's features (`cross`).
+
+The embedder compares two pooled vectors, where a synonym swapped ("fall" / "collapse")
+and another thing named ("fall" / "rise") move the similarity alike; read side by side,
+the words tell them apart. The fit (`semgate cache train-cross-encoder`) keeps the
+bundled model's weights and learns a low-rank change to each of its linear layers (LoRA,
+rank `RANK`) and the head, on the English fit sets: the shipped file
+(`cross_encoder.safetensors`) holds only those, 2.7 MB. Loading adds each
+change to its layer once, so a pair costs one forward of the plain model.
+
+Scoring runs on one worker thread with one torch thread (as the embedder's workers do:
+two teams on two cores wait on each other), off the event loop.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import json
+from collections.abc import Sequence
+from importlib.resources import files
+from pathlib import Path
+
+import tokenizers
+import torch
+from safetensors.torch import load_file, safe_open
+
+from cache.embedder import resolve_embedder_path
+
+BASE = "all-minilm-l6-v2"
+WEIGHTS = Path(str(files("cache").joinpath("cross_encoder.safetensors")))
+# The linear layers of each BERT layer that get a low-rank change.
+ADAPTED = (
+    "attention.self.query",
+    "attention.self.key",
+    "attention.self.value",
+    "attention.output.dense",
+    "intermediate.dense",
+    "output.dense",
+)
+MAX_TOKENS = 128  # both questions together; a longer pair is cut from the end
+BATCH = 32
+
+
+def load_base() -> tuple[torch.nn.Module, tokenizers.Tokenizer]:
+    """The bundled MiniLM (its transformer, without pooling) and its tokenizer, set to
+    encode pairs: [CLS] cached [SEP] query [SEP], with segment ids."""
+    from transformers import BertConfig, BertModel
+
+    _, path = resolve_embedder_path(BASE)
+    model = BertModel(BertConfig.from_pretrained(path), add_pooling_layer=False)
+    # The file also has the pooler (unused here) and old checkpoints' position ids.
+    wanted = model.state_dict().keys()
+    weights = load_file(str(path / "model.safetensors"))
+    model.load_state_dict({k: v for k, v in weights.items() if k in wanted})
+    tokenizer = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+    tokenizer.enable_truncation(MAX_TOKENS)
+    pad = tokenizer.token_to_id("[PAD]")
+    tokenizer.enable_padding(pad_id=pad, pad_token="[PAD]")
+    return model, tokenizer
+
+
+def adapted_linears(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
+    """The linear layers LoRA changes, by their names in the adapter file."""
+    found = {}
+    for i, layer in enumerate(model.encoder.layer):
+        for name in ADAPTED:
+            found[f"layer.{i}.{name}"] = layer.get_submodule(name)
+    return found
+
+
+def encode_pairs(
+    tokenizer: tokenizers.Tokenizer, pairs: Sequence[tuple[str, str]]
+) -> dict[str, torch.Tensor]:
+    encoded = tokenizer.encode_batch(list(pairs))
+    return {
+        "input_ids": torch.tensor([e.ids for e in encoded]),
+        "token_type_ids": torch.tensor([e.type_ids for e in encoded]),
+        "attention_mask": torch.tensor([e.attention_mask for e in encoded]),
+    }
+
+
+def pooled_logit(
+    model: torch.nn.Module, head: torch.nn.Linear, batch: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """The head over the mean of the pair's token states (the embedder's pooling)."""
+    states = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+    pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+    return head(pooled).squeeze(-1)
+
+
+class CrossEncoder:
+    """`score(cached, query)` -> the logit that the two ask the same thing."""
+
+    def __init__(self, weights: Path = WEIGHTS) -> None:
+        with safe_open(str(weights), framework="pt") as f:
+            meta = f.metadata() or {}
+        if meta.get("base") != BASE:
+            raise ValueError(f"{weights} is not a cross-encoder adapter of {BASE}")
+        tensors = load_file(str(weights))
+        scale = float(meta["scale"])
+        self.model, self._tokenizer = load_base()
+        self.model.eval()
+        with torch.no_grad():
+            for name, linear in adapted_linears(self.model).items():
+                # LoRA's change, W + scale * B A, folded into the layer once.
+                linear.weight += scale * tensors[f"{name}.b"] @ tensors[f"{name}.a"]
+        self.head = torch.nn.Linear(self.model.config.hidden_size, 1)
+        self.head.load_state_dict({"weight": tensors["head.weight"], "bias": tensors["head.bias"]})
+        self.fitted_on: list[str] = [name for name, _, _ in json.loads(meta.get("files", "[]"))]
+        self._worker = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="cross-encoder", initializer=_one_thread
+        )
+
+    def score(self, cached: str, query: str) -> float:
+        return self.score_many([(cached, query)])[0]
+
+    def score_many(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """Logits of (cached, query) pairs, on the worker (blocking the caller)."""
+        return self._worker.submit(self._score, list(pairs)).result()
+
+    @torch.inference_mode()
+    def _score(self, pairs: list[tuple[str, str]]) -> list[float]:
+        out: list[float] = []
+        for i in range(0, len(pairs), BATCH):
+            batch = encode_pairs(self._tokenizer, pairs[i : i + BATCH])
+            out += pooled_logit(self.model, self.head, batch).tolist()
+        return out
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+
+
+def _one_thread() -> None:
+    # Torch keeps the count per thread, but a thread's first parallel op re-applies the
+    # count last set anywhere unless the thread asked first: get, then set.
+    torch.get_num_threads()
+    torch.set_num_threads(1)
+
+
+@functools.cache
+def shared() -> CrossEncoder:
+    """The shipped cross-encoder, loaded once per process on first use."""
+    return CrossEncoder()

@@ -1,0 +1,77 @@
+"""The cross-encoder: the shipped adapter records the English fit sets, loading folds its
+changes into the layers faithfully, and training learns. What it earns on held-back sets
+is tested beside the verifier it feeds (tests/bench/test_verifier_fit.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.calibrate import Pair
+from bench.cross_encoder_fit import adapted_model, read_held_out, save, train
+from cache.cross_encoder import CrossEncoder, shared
+
+ROOT = Path(__file__).parents[2]
+PAIRS = [
+    ("Why did the Roman Empire fall?", "Why did the Roman Empire collapse?"),
+    ("How do I keep avocados from turning brown?", "How do I stop avocados turning brown?"),
+    ("How do I keep avocados from turning brown?", "How do I ripen avocados quickly?"),
+]
+
+
+def test_the_shipped_adapter_records_the_english_fit_sets():
+    fitted = json.loads((ROOT / "cache" / "verifier.json").read_text())["fitted_on"]
+    assert shared().fitted_on == fitted["english"]
+
+
+def test_loading_folds_each_change_into_its_layer(tmp_path: Path):
+    adapted = adapted_model()
+    plain = adapted.logits(PAIRS)
+    with torch.no_grad():
+        for change in adapted.changes.values():
+            change.b.normal_(0, 0.02)  # as if trained: B starts at zero
+        adapted.head.weight.normal_(0, 0.1)
+    adapted.model.eval()
+    with torch.inference_mode():
+        expected = adapted.logits(PAIRS)
+    save(adapted.tensors(), tmp_path / "adapter.safetensors", {"made up": []})
+    loaded = CrossEncoder(tmp_path / "adapter.safetensors")
+    try:
+        got = loaded.score_many(PAIRS)
+        assert got == pytest.approx(expected.tolist(), abs=1e-4)
+        assert loaded.fitted_on == ["made up"]
+    finally:
+        loaded.close()
+    # The changes matter: without them the head reads other states.
+    assert not torch.allclose(plain, expected, atol=1e-2)
+
+
+def test_training_learns_the_labels():
+    pairs = [Pair(a, b, 1 if i < 2 else 0) for i, (a, b) in enumerate(PAIRS)]
+    losses: list[float] = []
+    train(pairs, epochs=40, progress=lambda step, steps, loss: losses.append(loss))
+    assert len(losses) == 7  # 6 examples (both orders) in one batch a step, 40 passes / 32
+    assert losses[-1] < losses[0]
+
+
+def test_an_adapter_of_another_model_is_refused(tmp_path: Path):
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "other.safetensors"), {"base": "bert"})
+    with pytest.raises(ValueError, match="not a cross-encoder adapter"):
+        CrossEncoder(tmp_path / "other.safetensors")
+
+
+def test_held_out_logits_are_read_by_fit_file_and_refused_once_it_changed(tmp_path: Path):
+    fitted = {"a.jsonl": [Pair(*PAIRS[0], 1)], "b.jsonl": [Pair(*PAIRS[1], 1), Pair(*PAIRS[2], 0)]}
+    path = tmp_path / "adapter.safetensors"
+    save({"head.bias": torch.zeros(1)}, path, fitted, torch.tensor([1.0, 2.0, -3.0]))
+    unseen = [Pair("What is DNA?", "What's DNA?", 1)]
+    read = read_held_out(path, {"b.jsonl": fitted["b.jsonl"], "c.jsonl": unseen})
+    assert read == {"b.jsonl": [2.0, -3.0], "c.jsonl": None}
+    edited = {"a.jsonl": [Pair(PAIRS[0][0], PAIRS[0][1], 0)]}
+    with pytest.raises(ValueError, match=r"a\.jsonl changed"):
+        read_held_out(path, edited)
