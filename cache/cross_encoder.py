@@ -41,6 +41,9 @@ ADAPTED = (
     "output.dense",
 )
 MAX_TOKENS = 128  # both questions together; a longer pair is cut from the end
+# The verifier's `cross` feature is the logit clipped to +-BOUND (the fit sets' held-out
+# logits reach +-6.7), so the guard can tell when no logit could change its answer.
+BOUND = 8.0
 BATCH = 32
 
 

@@ -46,6 +46,22 @@ class Verifier:
     def admits(self, values: Mapping[str, float]) -> bool:
         return self.probability(values) >= self.cut
 
+    def settled(
+        self, values: Mapping[str, float], feature: str, low: float, high: float
+    ) -> bool | None:
+        """Whether it admits the pair for every value of `feature` in [low, high] (True),
+        for none (False), or depends on it (None); `values[feature]` is not read."""
+        weight = self.weights[self.features.index(feature)]
+        rest = self.intercept + sum(
+            w * values[f] for f, w in zip(self.features, self.weights, strict=True) if f != feature
+        )
+        least, most = sorted((rest + weight * low, rest + weight * high))
+        if 1.0 / (1.0 + math.exp(-least)) >= self.cut:
+            return True
+        if 1.0 / (1.0 + math.exp(-most)) < self.cut:
+            return False
+        return None
+
     def to_dict(self) -> dict[str, object]:
         return {
             "features": list(self.features),

@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from bench.calibrate import Pair
+from bench.calibrate import Pair, load_pairs
 from bench.cross_encoder_fit import adapted_model, read_held_out, save, train
+from cache import Embedder, Guard
 from cache.cross_encoder import CrossEncoder, shared
+from cache.guard import pair_features
+from cache.verifier import Verifier
 
 ROOT = Path(__file__).parents[2]
 PAIRS = [
@@ -75,3 +79,37 @@ def test_held_out_logits_are_read_by_fit_file_and_refused_once_it_changed(tmp_pa
     edited = {"a.jsonl": [Pair(PAIRS[0][0], PAIRS[0][1], 0)]}
     with pytest.raises(ValueError, match=r"a\.jsonl changed"):
         read_held_out(path, edited)
+
+
+def test_settled_says_what_every_value_of_the_feature_would():
+    verifier = Verifier(("similarity", "cross"), (20.0, 0.5), -14.0, 0.8)
+    grid = [x / 4 for x in range(-32, 33)]  # -8 .. 8
+    seen = set()
+    for similarity in [x / 100 for x in range(50, 101)]:
+        answers = {verifier.admits({"similarity": similarity, "cross": x}) for x in grid}
+        settled = verifier.settled({"similarity": similarity}, "cross", -8.0, 8.0)
+        assert settled == (answers.pop() if len(answers) == 1 else None)
+        seen.add(settled)
+    assert seen == {True, False, None}
+
+
+def test_the_guard_runs_the_cross_encoder_only_where_it_can_change_the_answer(
+    embedder: Embedder,
+):
+    # Every decision equals the verifier's with the logit always computed.
+    guard = Guard()
+    verifier = guard.verifier
+    pairs = load_pairs(ROOT / "data" / "cache_pairs_holdout.jsonl")
+    skipped = 0
+    for p in pairs:
+        evidence = guard.evidence(p.cached, p.query)
+        if evidence.certain is not None:
+            continue
+        similarity = float(np.dot(*embedder.embed_many([p.cached, p.query])))
+        grey = {v.rule for v in evidence.grey if v.rule}
+        logit = guard.cross.score(p.cached, p.query)
+        values = pair_features(evidence.a, evidence.b, similarity, grey, logit)
+        verdict = guard.check(p.cached, p.query, similarity)
+        assert verdict.ok == verifier.admits(values), (p, verdict)
+        skipped += "whatever the cross-encoder says" in verdict.detail
+    assert skipped > 0
