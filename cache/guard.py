@@ -458,9 +458,9 @@ class Evidence:
 
 class Guard:
     """`check(cached, query, similarity)` -> Verdict. Rules can be switched off by name.
-    A check that reaches the verifier runs the cross-encoder (a few milliseconds, on its
-    worker thread): call it off the event loop. Without a `cross_encoder`, the shipped one
-    is loaded on first use."""
+    A check the verifier decides may run the cross-encoder (15-19 ms on one thread, on its
+    worker): call it off the event loop. Without a `cross`, the shipped cross-encoder is
+    loaded on first use (or by `load`)."""
 
     RULES = tuple(REGISTRY)  # the rules' names, in the order they run
 
@@ -516,24 +516,22 @@ class Guard:
         values = pair_features(evidence.a, evidence.b, similarity, grey, 0.0)
         # The cross-encoder runs only when its logit can change the answer: about half of
         # the pairs a verifier decides are settled by the other features whatever it says.
-        reads_cross = CROSS in self.verifier.features
         bound = cross_encoder.BOUND
-        settled = (
-            self.verifier.settled(values, CROSS, -bound, bound)
-            if reads_cross
-            else self.verifier.admits(values)
-        )
+        settled = None
+        if CROSS in self.verifier.features:
+            settled = self.verifier.settled(values, CROSS, -bound, bound)
+            if settled is None:
+                values[CROSS] = _clipped(self.cross.score(cached, query))
         if settled is None:
-            values[CROSS] = _clipped(self.cross.score(cached, query))
-            settled = self.verifier.admits(values)
-            why = (
-                f"probability {self.verifier.probability(values):.2f} < {self.verifier.cut:.2f} "
-                f"at similarity {similarity:.3f}, cross-encoder {values[CROSS]:+.1f}"
+            probability = self.verifier.probability(values)
+            settled = probability >= self.verifier.cut
+            why = f"probability {probability:.2f} < {self.verifier.cut:.2f} at similarity "
+            why += f"{similarity:.3f}" + (
+                f", cross-encoder {values[CROSS]:+.1f}" if CROSS in self.verifier.features else ""
             )
         else:
-            why = f"probability < {self.verifier.cut:.2f} at similarity {similarity:.3f}" + (
-                " whatever the cross-encoder says" if reads_cross else ""
-            )
+            why = f"probability < {self.verifier.cut:.2f} at similarity {similarity:.3f}"
+            why += " whatever the cross-encoder says"
         if settled:
             return PASS
         found = "; ".join(f"{v.rule}: {v.detail}" for v in evidence.grey)
