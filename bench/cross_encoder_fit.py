@@ -25,7 +25,14 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from bench.calibrate import Pair
-from cache.cross_encoder import ADAPTED, BASE, encode_pairs, load_base, pooled_logit
+from cache.cross_encoder import (
+    BASE,
+    adapted_linears,
+    encode_pairs,
+    load_base,
+    logits,
+    pooled_logit,
+)
 
 RANK = 16
 SCALE = 2.0  # LoRA's alpha / rank
@@ -78,12 +85,10 @@ def adapted_model() -> AdaptedModel:
     for p in model.parameters():
         p.requires_grad = False
     changes = {}
-    for i, layer in enumerate(model.encoder.layer):
-        for name in ADAPTED:
-            parent, _, attr = name.rpartition(".")
-            owner = layer.get_submodule(parent)
-            changes[f"layer.{i}.{name}"] = LowRankChange(getattr(owner, attr), RANK)
-            setattr(owner, attr, changes[f"layer.{i}.{name}"])
+    for name, linear in adapted_linears(model).items():
+        parent, _, attr = name.rpartition(".")
+        changes[name] = LowRankChange(linear, RANK)
+        setattr(model.encoder.get_submodule(parent), attr, changes[name])
     return AdaptedModel(model, tokenizer, changes, torch.nn.Linear(model.config.hidden_size, 1))
 
 
@@ -130,12 +135,6 @@ def train(
     return adapted
 
 
-@torch.inference_mode()
-def logits(adapted: AdaptedModel, pairs: Sequence[Pair]) -> torch.Tensor:
-    rows = [(p.cached, p.query) for p in pairs]
-    return torch.cat([adapted.logits(rows[i : i + BATCH]) for i in range(0, len(rows), BATCH)])
-
-
 def held_out_logits(
     files: dict[str, list[Pair]],
     folds: int = FOLDS,
@@ -152,7 +151,8 @@ def held_out_logits(
         rest = [p for name in names if name not in held for p in files[name]]
         model = train(rest, progress=progress)
         for name in held:
-            scored[name] = logits(model, files[name])
+            rows = [(p.cached, p.query) for p in files[name]]
+            scored[name] = torch.tensor(logits(model.model, model.head, model.tokenizer, rows))
     return torch.cat([scored[name] for name in names])
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import tokenizers
 import torch
-from safetensors.torch import load_file, safe_open
+from safetensors import safe_open
+from safetensors.torch import load_file
 
 from cache.embedder import resolve_embedder_path
 
@@ -66,12 +67,13 @@ def load_base() -> tuple[torch.nn.Module, tokenizers.Tokenizer]:
 
 
 def adapted_linears(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
-    """The linear layers LoRA changes, by their names in the adapter file."""
-    found = {}
-    for i, layer in enumerate(model.encoder.layer):
-        for name in ADAPTED:
-            found[f"layer.{i}.{name}"] = layer.get_submodule(name)
-    return found
+    """The linear layers LoRA changes, by their names in the adapter file (their paths
+    under `model.encoder`)."""
+    return {
+        f"layer.{i}.{name}": layer.get_submodule(name)
+        for i, layer in enumerate(model.encoder.layer)
+        for name in ADAPTED
+    }
 
 
 def encode_pairs(
@@ -95,24 +97,40 @@ def pooled_logit(
     return head(pooled).squeeze(-1)
 
 
+@torch.inference_mode()
+def logits(
+    model: torch.nn.Module,
+    head: torch.nn.Linear,
+    tokenizer: tokenizers.Tokenizer,
+    pairs: Sequence[tuple[str, str]],
+) -> list[float]:
+    """The logits of (cached, query) pairs, `BATCH` at a time."""
+    out: list[float] = []
+    for i in range(0, len(pairs), BATCH):
+        out += pooled_logit(model, head, encode_pairs(tokenizer, pairs[i : i + BATCH])).tolist()
+    return out
+
+
 class CrossEncoder:
     """`score(cached, query)` -> the logit that the two ask the same thing."""
 
     def __init__(self, weights: Path = WEIGHTS) -> None:
-        with safe_open(str(weights), framework="pt") as f:
-            meta = f.metadata() or {}
-        if meta.get("base") != BASE:
-            raise ValueError(f"{weights} is not a cross-encoder adapter of {BASE}")
-        tensors = load_file(str(weights))
-        scale = float(meta["scale"])
         self.model, self._tokenizer = load_base()
         self.model.eval()
-        with torch.no_grad():
+        # One read of the file: its metadata, and only the tensors serving needs (not the
+        # fit files' held-out logits).
+        with safe_open(str(weights), framework="pt") as f, torch.no_grad():
+            meta = f.metadata() or {}
+            if meta.get("base") != BASE:
+                raise ValueError(f"{weights} is not a cross-encoder adapter of {BASE}")
+            scale = float(meta["scale"])
             for name, linear in adapted_linears(self.model).items():
                 # LoRA's change, W + scale * B A, folded into the layer once.
-                linear.weight += scale * tensors[f"{name}.b"] @ tensors[f"{name}.a"]
-        self.head = torch.nn.Linear(self.model.config.hidden_size, 1)
-        self.head.load_state_dict({"weight": tensors["head.weight"], "bias": tensors["head.bias"]})
+                linear.weight += scale * f.get_tensor(f"{name}.b") @ f.get_tensor(f"{name}.a")
+            self.head = torch.nn.Linear(self.model.config.hidden_size, 1)
+            self.head.load_state_dict(
+                {"weight": f.get_tensor("head.weight"), "bias": f.get_tensor("head.bias")}
+            )
         self.fitted_on: list[str] = [name for name, _, _ in json.loads(meta.get("files", "[]"))]
         self._worker = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="cross-encoder", initializer=_one_thread
@@ -123,15 +141,8 @@ class CrossEncoder:
 
     def score_many(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         """Logits of (cached, query) pairs, on the worker (blocking the caller)."""
-        return self._worker.submit(self._score, list(pairs)).result()
-
-    @torch.inference_mode()
-    def _score(self, pairs: list[tuple[str, str]]) -> list[float]:
-        out: list[float] = []
-        for i in range(0, len(pairs), BATCH):
-            batch = encode_pairs(self._tokenizer, pairs[i : i + BATCH])
-            out += pooled_logit(self.model, self.head, batch).tolist()
-        return out
+        job = self._worker.submit(logits, self.model, self.head, self._tokenizer, list(pairs))
+        return job.result()
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)

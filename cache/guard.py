@@ -475,6 +475,7 @@ class Guard:
             raise ValueError(f"unknown guard rules {sorted(unknown)}; known: {self.RULES}")
         self.rules = rules
         self.verifier = verifier
+        self._reads_cross = CROSS in verifier.features
         self._cross = cross
         chosen = [REGISTRY[name] for name in rules]
         self._certain = tuple(r.check for r in chosen if r.certain)
@@ -489,7 +490,7 @@ class Guard:
     def load(self) -> None:
         """Loads the cross-encoder now if the verifier reads it (a second or so), so the
         first check does not, inside some lookup's time budget."""
-        if CROSS in self.verifier.features and self._cross is None:
+        if self._reads_cross and self._cross is None:
             self._cross = cross_encoder.shared()
 
     def evidence(self, cached: str, query: str) -> Evidence:
@@ -518,7 +519,7 @@ class Guard:
         # the pairs a verifier decides are settled by the other features whatever it says.
         bound = cross_encoder.BOUND
         settled = None
-        if CROSS in self.verifier.features:
+        if self._reads_cross:
             settled = self.verifier.settled(values, CROSS, -bound, bound)
             if settled is None:
                 values[CROSS] = _clipped(self.cross.score(cached, query))
@@ -527,7 +528,7 @@ class Guard:
             settled = probability >= self.verifier.cut
             why = f"probability {probability:.2f} < {self.verifier.cut:.2f} at similarity "
             why += f"{similarity:.3f}" + (
-                f", cross-encoder {values[CROSS]:+.1f}" if CROSS in self.verifier.features else ""
+                f", cross-encoder {values[CROSS]:+.1f}" if self._reads_cross else ""
             )
         else:
             why = f"probability < {self.verifier.cut:.2f} at similarity {similarity:.3f}"
