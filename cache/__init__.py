@@ -10,7 +10,7 @@ from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcom
 from cache.redis_server import EmbeddedRedis, RedisUnavailableError
 from cache.restart_backoff import RestartBackoff
 from cache.semantic_cache import CacheRuntime, LookupResult, SemanticCache
-from cache.shared_flight import FlightError, FlightLost, SharedFlights
+from cache.shared_flights import FlightError, FlightLost, SharedFlights
 from cache.stats import CacheStats
 from cache.store import CacheEntry, CacheStore, Candidate
 from cache.thresholds import DEFAULT_THRESHOLD, Thresholds

@@ -27,11 +27,11 @@ from cache.embedder import Embedder
 from cache.guard import Guard
 from cache.language import language
 from cache.language_guard import LanguageGuard
+from cache.local_flights import SingleFlight
 from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.redis_server import EmbeddedRedis, check_redis_url
-from cache.shared_flight import Claim, Codec, FlightLost, SharedFlights, aclose
-from cache.singleflight import SingleFlight
+from cache.shared_flights import Claim, Codec, FlightLost, SharedFlights, aclose
 from cache.stats import CacheStats
 from cache.store import (
     DEFAULT_MAX_CONNECTIONS,

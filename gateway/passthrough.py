@@ -19,7 +19,7 @@ from litestar import Response
 from litestar.response import Stream
 
 from gateway import server_timing
-from gateway.completions import prefix_cache_salt
+from gateway.chat_service import prefix_cache_salt
 from gateway.embeddings import EmbeddingRequest
 from gateway.metrics import GatewayMetrics
 from gateway.model_rename import renamed, renamed_lines

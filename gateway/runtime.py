@@ -21,7 +21,7 @@ from cache.circuit_breaker import CircuitBreaker
 from cache.shared_admin import SharedAdmin
 from cache.supervisor import RedisSupervisor
 from gateway.auth import Keyring
-from gateway.completions import ChatService
+from gateway.chat_service import ChatService
 from gateway.drain import SHUTTING_DOWN, Drain
 from gateway.embeddings import EmbeddingService
 from gateway.errors import APIError

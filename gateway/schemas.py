@@ -34,7 +34,7 @@ class ContentPart(msgspec.Struct):
     text: str | None = None
 
 
-# What gateway/completions.py asks of a message's content, as the OpenAPI document says
+# What gateway/chat_service.py asks of a message's content, as the OpenAPI document says
 # it (gateway/openapi_docs.py adds a Struct's `schema_rules` to its schema): only an
 # assistant's may be null or no parts (it called tools).
 CONTENT_RULE: dict[str, Any] = {

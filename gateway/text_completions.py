@@ -9,7 +9,7 @@ import uuid
 from typing import cast
 
 from gateway.bypass import SAMPLING_CHECKS, Checks, Unkeyable, first_applying
-from gateway.completions import check_model, prefix_cache_salt, stop_list
+from gateway.chat_service import check_model, prefix_cache_salt, stop_list
 from gateway.errors import UNSUPPORTED, APIError
 from gateway.request_fields import sampling_given
 from gateway.schemas import CompletionRequest

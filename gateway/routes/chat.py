@@ -12,7 +12,7 @@ from litestar.response import ServerSentEvent, Stream
 
 from gateway import server_timing
 from gateway.bypass import bypass_reason
-from gateway.completions import Answer, CacheDirectives, ChatService
+from gateway.chat_service import Answer, CacheDirectives, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import CLIENT_CLOSED_REQUEST
 from gateway.openapi_docs import CHAT_RESPONSES, AnswerOperation

@@ -11,7 +11,7 @@ from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 
 from gateway import server_timing
-from gateway.completions import Answer, ChatService
+from gateway.chat_service import Answer, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import CLIENT_CLOSED_REQUEST
 from gateway.openapi_docs import AnswerOperation, answer_responses

@@ -187,7 +187,7 @@ def test_singleflight_coalesces_20_equivalent_misses(cache: SemanticCache, tenan
     assert len(results) == 20 and calls == 1
     assert sum(leader for leader, _ in results) == 1
     assert {text for _, text in results} == {"Open Settings, then Export."}
-    assert cache.stats.coalesced == 19 and cache.singleflight.in_flight() == 0
+    assert cache.stats.coalesced == 19 and cache.local_flights.in_flight() == 0
 
 
 def test_singleflight_keeps_near_misses_apart(cache: SemanticCache, tenant: str, run: Run):

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from cache.store import MAX_TTL, CacheEntry
-from gateway.completions import _servable
+from gateway.chat_service import _servable
 from gateway.upstream import ChatJob
 from tests.engine.prompts import CAPITAL_QUESTION
 from tests.gateway.conftest import ALICE, SYSTEM, messages, settle

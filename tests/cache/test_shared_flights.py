@@ -12,7 +12,7 @@ import pytest
 
 from cache import EmbeddedRedis, Embedder, SemanticCache
 from cache.redis_server import free_port
-from cache.shared_flight import FlightError, FlightLost, SharedFlights
+from cache.shared_flights import FlightError, FlightLost, SharedFlights
 from cache.store import CacheStore
 from tests.cache.fixtures import Run, ask
 
