@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.report import met_cell, summary_ms, write_report
+from cache import CacheRuntime, SemanticCache
 from cache.policy import CacheRequest
-from cache.semantic_cache import CacheRuntime, SemanticCache
 from cache.thresholds import DEFAULT_THRESHOLD, distance_from_similarity
 
 console = Console(stderr=True)

@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cache.policy import CacheRequest
-from cache.semantic_cache import CheckedCandidate, SemanticCache
+from cache.semantic_cache import SemanticCache
 from cache.thresholds import validate_threshold
+from cache.tiers import CheckedCandidate
 
 CURVE = tuple(round(0.5 + 0.025 * i, 3) for i in range(21))  # 0.50, 0.525, ..., 1.00
 

@@ -1,15 +1,19 @@
 """semgate's semantic cache over Redis: tiers (exact, semantic English, semantic
-multilingual), near-miss guards with a fitted verifier, and single-flight. No web code,
-no model code (calibration and fitting are offline tools: bench/)."""
+multilingual), near-miss guards with a fitted verifier, the policy that decides what may
+be cached, and coalescing of concurrent misses. No web code, no model code (calibration
+and fitting are offline tools: bench/)."""
 
+from cache.coalescer import Coalescer, Seat
 from cache.embedder import Embedder
 from cache.guard import Guard, Verdict
 from cache.language_guard import LanguageGuard
+from cache.lookup_result import LookupResult
 from cache.multilingual_embedder import MultilingualEmbedder
-from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
+from cache.policy import Bypass, CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.redis_server import EmbeddedRedis, RedisUnavailableError
 from cache.restart_backoff import RestartBackoff
-from cache.semantic_cache import CacheRuntime, LookupResult, SemanticCache
+from cache.runtime import CacheRuntime
+from cache.semantic_cache import SemanticCache
 from cache.shared_flights import FlightError, FlightLost, SharedFlights
 from cache.stats import CacheStats
 from cache.store import CacheEntry, CacheStore, Candidate
@@ -17,6 +21,7 @@ from cache.thresholds import DEFAULT_THRESHOLD, Thresholds
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "Bypass",
     "CacheEntry",
     "CachePolicy",
     "CacheRequest",
@@ -25,6 +30,7 @@ __all__ = [
     "CacheStats",
     "CacheStore",
     "Candidate",
+    "Coalescer",
     "CompletionOutcome",
     "EmbeddedRedis",
     "Embedder",
@@ -36,6 +42,7 @@ __all__ = [
     "MultilingualEmbedder",
     "RedisUnavailableError",
     "RestartBackoff",
+    "Seat",
     "SemanticCache",
     "SharedFlights",
     "Thresholds",

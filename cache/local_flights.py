@@ -1,19 +1,19 @@
-"""Single-flight: concurrent equivalent misses share one upstream call.
+"""Flights in this process: concurrent equivalent misses share one upstream answer.
 
-The first miss starts a flight: a task that runs the upstream stream and buffers
-every chunk. Later misses in the same scope that are equivalent (the same exact
-key, or a vector within the threshold that the guard accepts) subscribe to that
-flight and receive the same chunks, from the first one, live. The flight belongs
-to no single client: it runs while anyone listens, so the leader disconnecting
-does not cut off its followers, and it is cancelled (aborting the upstream) only
-when the last listener leaves.
+A flight is registered by the first miss (its leader), which then feeds it the answer's
+stream. Later misses in the same scope that are equivalent (the same exact key, or a
+vector within the threshold that the guard accepts) subscribe to it and receive the same
+chunks, from the first one, live. A fed flight belongs to no single client: it runs while
+anyone listens, so the leader disconnecting does not cut off its followers, and it is
+cancelled (closing its source, which aborts the upstream) only when the last listener
+leaves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Hashable
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -22,6 +22,8 @@ import numpy as np
 from cache.guard import Guard
 
 T = TypeVar("T")
+
+EVERYONE_LEFT = "upstream cancelled: every listener left"
 
 
 @dataclass(eq=False)
@@ -37,6 +39,7 @@ class Flight(Generic[T]):
     abandoned: bool = False  # every listener left: being cancelled, joinable no more
     task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _flights: LocalFlights[T] | None = None
 
     def _notify(self) -> None:
         wake, self._wake = self._wake, asyncio.Event()
@@ -48,6 +51,18 @@ class Flight(Generic[T]):
         before a follower's first read does not cancel the flight."""
         self.listeners += 1
         return self._follow()
+
+    def feed(self, source: AsyncIterator[T]) -> None:
+        """Runs `source` as the flight's answer (it should also store the answer, so the
+        flight is only unregistered once later requests can hit the cache instead)."""
+        assert self.task is None, "a flight is fed once"
+        self.task = asyncio.get_running_loop().create_task(self._run(source))
+        # Unregister when the task ends, however it ends (even cancelled before it ran).
+        self.task.add_done_callback(lambda _: self._end(RuntimeError(EVERYONE_LEFT)))
+
+    def fail(self, error: BaseException) -> None:
+        """Ends a flight that will never be fed: its listeners get `error`."""
+        self._end(error)
 
     async def _follow(self) -> AsyncGenerator[T, None]:
         try:
@@ -63,12 +78,42 @@ class Flight(Generic[T]):
                 await self._wake.wait()
         finally:
             self.listeners -= 1
-            if self.listeners == 0 and not self.done and self.task is not None:
+            if self.listeners == 0 and not self.done:
                 self.abandoned = True  # before cancel(): no one may join a dying flight
-                self.task.cancel()
+                if self.task is not None:
+                    self.task.cancel()
+                else:  # never fed: nothing runs that could end it
+                    self._end(RuntimeError(EVERYONE_LEFT))
+
+    async def _run(self, source: AsyncIterator[T]) -> None:
+        try:
+            async for chunk in source:
+                self.chunks.append(chunk)
+                self._notify()
+        except asyncio.CancelledError:
+            self.error = RuntimeError(EVERYONE_LEFT)
+        except Exception as exc:
+            self.error = exc
+        finally:
+            close = getattr(source, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+            self.done = True
+            self._notify()
+
+    def _end(self, error: BaseException) -> None:
+        """Unregisters the flight; one that never finished ends with `error`."""
+        if not self.done:
+            self.done = True
+            self.error = error
+        if self._flights is not None:
+            self._flights.unregister(self)
+            self._flights = None
+        self._notify()
 
 
-class SingleFlight(Generic[T]):
+class LocalFlights(Generic[T]):
     def __init__(self, guard: Guard) -> None:
         self.guard = guard
         self._flights: dict[Hashable, list[Flight[T]]] = {}
@@ -103,48 +148,19 @@ class SingleFlight(Generic[T]):
         return best
 
     def start(
-        self,
-        scope: Hashable,
-        exact_key: str,
-        text: str,
-        vector: np.ndarray | None,
-        produce: Callable[[], AsyncGenerator[T, None]],
+        self, scope: Hashable, exact_key: str, text: str, vector: np.ndarray | None
     ) -> Flight[T]:
-        """Starts a flight running `produce` (which should also store the answer, so the
-        flight is only unregistered once later requests can hit the cache instead)."""
-        flight: Flight[T] = Flight(scope, exact_key, text, vector)
+        """Registers a flight for its leader to feed; equivalent misses find it at once."""
+        flight: Flight[T] = Flight(scope, exact_key, text, vector, _flights=self)
         self._flights.setdefault(scope, []).append(flight)
-        flight.task = asyncio.get_running_loop().create_task(self._run(flight, produce))
-        # Unregister when the task ends, however it ends (even cancelled before it ran).
-        flight.task.add_done_callback(lambda _: self._end(flight))
         return flight
 
-    def _end(self, flight: Flight[T]) -> None:
-        if not flight.done:  # cancelled before _run's first step
-            flight.done = True
-            flight.error = RuntimeError("upstream cancelled: every listener left")
+    def unregister(self, flight: Flight[T]) -> None:
         flights = self._flights.get(flight.scope, [])
         if flight in flights:
             flights.remove(flight)
         if not flights:
             self._flights.pop(flight.scope, None)
-        flight._notify()
-
-    async def _run(self, flight: Flight[T], produce: Callable[[], AsyncGenerator[T, None]]) -> None:
-        stream = produce()
-        try:
-            async for chunk in stream:
-                flight.chunks.append(chunk)
-                flight._notify()
-        except asyncio.CancelledError:
-            flight.error = RuntimeError("upstream cancelled: every listener left")
-        except Exception as exc:
-            flight.error = exc
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
-            flight.done = True
-            flight._notify()
 
     def in_flight(self) -> int:
         return sum(len(f) for f in self._flights.values())

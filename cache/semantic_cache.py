@@ -1,9 +1,11 @@
-"""The cache as the gateway sees it: policy, exact tier, semantic tier, guard, stats,
-single-flight and fail-open, over the store and the embedder.
+"""The cache as the gateway sees it: lookup (exact tier, semantic tiers and their
+guards) and storing, both asking the policy first, with stats, over the store and the
+embedders. Concurrent misses coalesce through `coalescer` (cache/coalescer.py).
 
 Fail open: any Redis or embedder failure, or a lookup slower than `timeout`, is a
-miss (status "error", counted by kind); a failed store is logged and counted.
-The request is always answered.
+miss (status "error", counted by kind); a failed store is logged and counted. While
+Redis is down (its supervisor says so, or the circuit breaker is open after lookups
+that timed out on it) the cache is not asked: a bypass. The request is always answered.
 """
 
 from __future__ import annotations
@@ -11,45 +13,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import tempfile
-from collections.abc import AsyncGenerator, Callable, Hashable
-from dataclasses import dataclass, field
-from functools import partial
-from pathlib import Path
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import redis.exceptions
 
-from cache import cross_encoder
 from cache.circuit_breaker import CircuitBreaker
+from cache.coalescer import Coalescer
 from cache.embedder import Embedder
 from cache.guard import Guard
 from cache.language import language
 from cache.language_guard import LanguageGuard
-from cache.local_flights import SingleFlight
+from cache.lookup_result import LookupResult
 from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
-from cache.redis_server import EmbeddedRedis, check_redis_url
-from cache.shared_flights import Claim, Codec, FlightLost, SharedFlights, aclose
+from cache.shared_flights import SharedFlights
 from cache.stats import CacheStats
-from cache.store import (
-    DEFAULT_MAX_CONNECTIONS,
-    ENGLISH_VECTOR,
-    CacheEntry,
-    CacheStore,
-    Candidate,
-)
+from cache.store import ENGLISH_VECTOR, CacheEntry, CacheStore
 from cache.supervisor import RedisSupervisor
 from cache.thresholds import Thresholds
 from cache.tiers import (
-    CheckedCandidate,
     ExactTier,
     Question,
     SemanticTier,
     Tier,
     english_tier,
-    multilingual_field,
     multilingual_tier,
 )
 
@@ -62,7 +51,6 @@ INLINE_KEY_CHARS = 20_000
 # for 100,000 messages) fingerprinted in a worker thread too.
 INLINE_MESSAGES = 100
 
-Status = Literal["hit", "miss", "bypass", "error"]
 T = TypeVar("T")
 
 
@@ -72,31 +60,6 @@ async def _sized(text: str, work: Callable[..., T], *args: Any) -> T:
     if len(text) > INLINE_KEY_CHARS:
         return await asyncio.to_thread(work, *args)
     return work(*args)
-
-
-@dataclass
-class LookupResult:
-    status: Status
-    threshold: float
-    scope: CacheScope | None = None
-    question: str | None = None
-    hit: Candidate | None = None
-    reason: str | None = None  # bypass or error reason
-    candidates: list[CheckedCandidate] = field(default_factory=list)
-    exact_key: str | None = None  # the entry id this question has in its scope
-    language: str | None = None
-    vectors: dict[str, np.ndarray] = field(default_factory=dict)  # by tier's vector field
-    embed_seconds: float | None = None  # the question's embedding, when it was embedded
-
-    @property
-    def vector(self) -> np.ndarray | None:
-        """The English tier's vector of the question, when it has one (in-process
-        single-flight compares these)."""
-        return self.vectors.get(ENGLISH_VECTOR)
-
-    @property
-    def best(self) -> CheckedCandidate | None:
-        return self.candidates[0] if self.candidates else None
 
 
 def _error_kind(exc: BaseException) -> str:
@@ -143,8 +106,9 @@ class SemanticCache:
         self.timeout = timeout
         self.candidates = candidates
         self.stats = CacheStats()
-        self.singleflight: SingleFlight[Any] = SingleFlight(self.guard)
-        self.shared_flights = shared_flights or SharedFlights(store.client, timeout=timeout)
+        self.coalescer: Coalescer[Any] = Coalescer(
+            self.guard, shared_flights or SharedFlights(store.client, timeout=timeout), self.stats
+        )
         self._background: set[asyncio.Task[None]] = set()  # hit counters in flight
 
     def snapshot(self) -> dict[str, Any]:
@@ -201,11 +165,10 @@ class SemanticCache:
         similarity and verdict. `accept` is what the caller can serve (say, within its
         length limit): a refused entry is passed over for the next candidate, and never
         counted as a hit."""
-        decision = self.policy.may_lookup(request)
-        if not decision.allowed:
+        if (bypass := self.policy.may_lookup(request)) is not None:
             if not dry_run:
                 self.stats.bypasses += 1
-            return LookupResult("bypass", threshold or 0.0, reason=decision.reason)
+            return LookupResult("bypass", threshold or 0.0, reason=bypass.detail)
         if (down := self._skip_reason()) is not None:
             # Not asked (a bypass, not a failed lookup): each lookup would wait for its
             # connection to fail, and log it, for as long as the outage lasts.
@@ -308,8 +271,7 @@ class SemanticCache:
         """Stores a finished answer if the policy allows; never raises (fail open). The
         request's `lookup`, when given, lends its scope, key and vector (no second
         hashing of the conversation, no second embedding)."""
-        decision = self.policy.may_store(request, outcome)
-        if not decision.allowed or self.down_reason is not None:
+        if self.policy.may_store(request, outcome) is not None or self.down_reason is not None:
             self.stats.store_skips += 1
             return None
         metadata = {"finish_reason": outcome.finish_reason, **(metadata or {})}
@@ -383,176 +345,3 @@ class SemanticCache:
             language=asked.language,
             vectors=vectors,
         )
-
-    async def follow_or_lead(
-        self,
-        request: CacheRequest,
-        lookup: LookupResult,
-        produce: Callable[[], AsyncGenerator[Any, None]],
-        variant: Hashable = None,
-        codec: Codec | None = None,
-    ) -> tuple[bool, AsyncGenerator[Any, None]]:
-        """On a miss: join an equivalent flight in progress (returns (False, stream)) or
-        start one running `produce()` (returns (True, stream)). Only flights of the same
-        `variant` are joined: callers put there what shapes the answer beyond the question
-        (a length limit, stop sequences), so no one follows an answer cut shorter than
-        their own would be.
-
-        With a `codec` (encode, decode of a chunk), flights are shared with other processes
-        over Redis too, for the same exact question and variant: the leader publishes its
-        chunks, a follower elsewhere decodes them live (and if that leader is lost before
-        its first chunk, runs `produce()` itself)."""
-        scope, question, exact_key = lookup.scope, lookup.question, lookup.exact_key
-        if scope is None or question is None or exact_key is None:
-            return True, produce()
-        key = (scope, variant)
-        flight = self.singleflight.find(key, exact_key, question, lookup.vector, lookup.threshold)
-        if flight is not None:
-            self.stats.coalesced += 1
-            return False, flight.subscribe()
-        if codec is None:
-            flight = self.singleflight.start(key, exact_key, question, lookup.vector, produce)
-            return True, flight.subscribe()
-        # The local flight is registered before the claim's round trip, so equivalent
-        # requests in this process join it instead of claiming again; its source (which
-        # leads or follows the shared flight) awaits the same claim.
-        flight_id = SharedFlights.flight_id(exact_key, variant)
-        claiming = asyncio.ensure_future(self.shared_flights.claim(flight_id))
-        source = partial(self._shared_source, claiming, produce, codec)
-        flight = self.singleflight.start(key, exact_key, question, lookup.vector, source)
-        stream = flight.subscribe()
-        claim = await asyncio.shield(claiming)
-        if not claim.leader:
-            self.stats.coalesced += 1
-            self.stats.coalesced_remote += 1
-        return claim.leader, stream
-
-    async def _shared_source(
-        self,
-        claiming: asyncio.Future[Claim],
-        produce: Callable[[], AsyncGenerator[Any, None]],
-        codec: Codec,
-    ) -> AsyncGenerator[Any, None]:
-        claim = await claiming
-        encode, decode = codec
-        if not claim.leader:
-            stream = self._follow_remote(claim, decode, produce)
-        elif claim.shared:
-            stream = self.shared_flights.publish(claim, produce(), encode)
-        else:
-            stream = produce()
-        try:
-            async for chunk in stream:
-                yield chunk
-        finally:
-            await aclose(stream)  # closing this flight's source aborts the upstream
-
-    async def _follow_remote(
-        self,
-        claim: Claim,
-        decode: Callable[[bytes], Any],
-        produce: Callable[[], AsyncGenerator[Any, None]],
-    ) -> AsyncGenerator[Any, None]:
-        """Another process's flight, decoded. Lost before its first chunk, this process
-        answers itself; lost after, the loss is this stream's error."""
-        followed = False
-        try:
-            async for payload in self.shared_flights.follow(claim):
-                followed = True
-                yield decode(payload)
-            return
-        except FlightLost as exc:
-            self.stats.errors["flight_lost"] += 1
-            if followed:
-                raise
-            log.warning("shared flight lost before its first chunk, answering here: %s", exc)
-        stream = produce()
-        try:
-            async for chunk in stream:
-                yield chunk
-        finally:
-            await aclose(stream)
-
-
-class CacheRuntime:
-    """Owns what the cache needs at run time: Redis (embedded unless a URL is given,
-    and watched either way by `supervisor`), the embedder (unless the caller lends its
-    own, which it then closes itself) and the store. `async with CacheRuntime(...) as
-    cache:`."""
-
-    def __init__(
-        self,
-        redis_url: str | None = None,
-        data_dir: Path | None = None,
-        maxmemory: str = "512mb",
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        embedder: Embedder | None = None,
-        multilingual: MultilingualEmbedder | None = None,
-        **cache_options: Any,
-    ) -> None:
-        self.redis_url = redis_url
-        self.data_dir = data_dir
-        self.maxmemory = maxmemory
-        self.max_connections = max_connections
-        self.cache_options = cache_options
-        self.embedder = embedder
-        self._owns_embedder = embedder is None
-        self.multilingual = multilingual
-        self._owns_multilingual = multilingual is None
-        self.server: EmbeddedRedis | None = None
-        self.store: CacheStore | None = None
-        self.supervisor: RedisSupervisor | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-
-    async def __aenter__(self) -> SemanticCache:
-        try:
-            url = self.redis_url
-            if url:
-                await asyncio.to_thread(check_redis_url, url)
-            else:
-                if self.data_dir is None:
-                    self._tmp = tempfile.TemporaryDirectory(prefix="semgate-redis-")
-                    self.data_dir = Path(self._tmp.name)
-                self.server = EmbeddedRedis(self.data_dir, maxmemory=self.maxmemory)
-                url = await asyncio.to_thread(self.server.start)
-            if self.embedder is None:
-                self.embedder = await asyncio.to_thread(Embedder)
-            if self.multilingual is None:
-                self.multilingual = await asyncio.to_thread(MultilingualEmbedder)
-            # Loaded now rather than by the first question the verifier decides.
-            await asyncio.to_thread(cross_encoder.shared)
-            emb = self.embedder
-            self.store = CacheStore(
-                url,
-                emb.model_id,
-                emb.dims,
-                max_connections=self.max_connections,
-                extra_vectors=(multilingual_field(self.multilingual),),
-            )
-            await self.store.connect()
-            self.supervisor = RedisSupervisor(self.store.client, self.server)
-            self.supervisor.start()
-        except BaseException:
-            await self.__aexit__()
-            raise
-        return SemanticCache(
-            self.store,
-            self.embedder,
-            redis=self.supervisor,
-            multilingual=self.multilingual,
-            **self.cache_options,
-        )
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.supervisor is not None:  # first: a server stopped here is not restarted
-            await self.supervisor.stop()
-        if self.store is not None:
-            await self.store.close()
-        if self.embedder is not None and self._owns_embedder:
-            self.embedder.close()
-        if self.multilingual is not None and self._owns_multilingual:
-            self.multilingual.close()
-        if self.server is not None:
-            await asyncio.to_thread(self.server.stop)
-        if self._tmp is not None:
-            self._tmp.cleanup()

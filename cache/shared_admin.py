@@ -117,7 +117,7 @@ class SharedAdmin:
         return total | {"hit_rate": hits / lookups if lookups else 0.0, "replicas": reported}
 
     def _snapshot(self) -> dict[str, Any]:
-        in_flight = self.cache.local_flights.in_flight()
+        in_flight = self.cache.coalescer.in_flight()
         return {**self.cache.snapshot(), "in_flight": in_flight, **self.local_counts()}
 
     async def _publish(self) -> None:

@@ -145,7 +145,7 @@ def _saved(s: CacheStats) -> Iterator[Metric]:
 
 def _bypasses(passed_through: Mapping[str, int], s: CacheStats | None) -> Metric:
     """Requests kept away from the cache, by reason: each pass-through's (tools, n, ...:
-    gateway/bypass.py), and `cache` for the cache's own (its policy, or Redis down)."""
+    cache/policy.py), and `cache` for the cache's own (its policy, or Redis down)."""
     family = CounterMetricFamily(
         "semgate_cache_bypasses", "Requests kept away from the cache, by reason.", labels=["reason"]
     )

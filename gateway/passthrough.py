@@ -1,10 +1,10 @@
-"""Pass-through: with upstreams, a request the cache cannot key (gateway/bypass.py) is
+"""Pass-through: with upstreams, a request the cache cannot key (cache/policy.py) is
 sent to them as it came, and its client gets the upstream's own response, JSON or SSE,
 answer or error, byte for byte: tool-call deltas, logprobs and every choice reach it.
 It is never looked up nor stored; it leaves with `X-Cache-Status: Bypass` and
 `X-Cache-Bypass-Reason`, and is counted by reason. A cache in front must never be why a
 feature stops working. Text completions go the same way, to the upstreams'
-/v1/completions (gateway/text_completions.py), and embeddings of models the bundled
+/v1/completions (gateway/routes/text_completions.py), and embeddings of models the bundled
 embedder is not, to their /v1/embeddings (gateway/embeddings.py)."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from litestar import Response
 from litestar.response import Stream
 
 from gateway import server_timing
-from gateway.chat_service import prefix_cache_salt
 from gateway.embeddings import EmbeddingRequest
+from gateway.job_translation import prefix_cache_salt
 from gateway.metrics import GatewayMetrics
 from gateway.model_rename import renamed, renamed_lines
 from gateway.schemas import ChatCompletionRequest, CompletionRequest

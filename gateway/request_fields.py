@@ -43,6 +43,6 @@ Stop = NonEmpty | Annotated[list[NonEmpty], Meta(max_length=MAX_STOP)]
 
 def sampling_given(request: Any) -> dict[str, float]:
     """The request's temperature and top_p where it gives them: a job left without one
-    has the engine's default (ChatJob's, SamplingParams')."""
+    has the engine's default (CompletionJob's, SamplingParams')."""
     given = {"temperature": request.temperature, "top_p": request.top_p}
     return {name: value for name, value in given.items() if value is not None}

@@ -1,8 +1,8 @@
 """The OpenAI Chat Completions wire types, as msgspec Structs. Unknown request fields
 are ignored by decoding (msgspec's default), so newer SDKs keep working; with upstreams
-a request that has any is passed through (gateway/bypass.py). Limits on request values
-are the fields' constrained types (gateway/request_fields.py): decoding checks them, and
-the OpenAPI document shows them."""
+a request that has any is passed through (cache/policy.py: unknown_field). Limits on
+request values are the fields' constrained types (gateway/request_fields.py): decoding
+checks them, and the OpenAPI document shows them."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ class ChatCompletionRequest(msgspec.Struct):
     ignore_eos: bool = False  # vLLM's extension: generate max_tokens tokens, EOS or not
     cache_salt: str | None = None  # vLLM's extension: share prefix-cache blocks only within it
     cache: CacheOptions | None = None
-    # Never silently ignored: values that ask for something (gateway/bypass.py) are
+    # Never silently ignored: values that ask for something (cache/policy.py) are
     # passed through to upstreams, and refused by the in-process engine.
     logprobs: bool | None = None
     top_logprobs: int | None = None
@@ -185,11 +185,11 @@ class ChatCompletionChunk(msgspec.Struct):
 
 
 class CompletionRequest(msgspec.Struct):
-    """OpenAI's legacy text completion (POST /v1/completions): gateway/text_completions.py."""
+    """OpenAI's legacy text completion (POST /v1/completions): gateway/job_translation.py."""
 
     model: str
     # Text, the model's token ids (vLLM's reading), or a list of one of those (several
-    # prompts: upstreams only, gateway/text_completions.py).
+    # prompts: upstreams only, gateway/job_translation.py).
     prompt: NonEmpty | Annotated[list[NonEmpty | TokenId | TokenIds], Meta(min_length=1)]
     max_tokens: MaxTokens | None = None  # None: OpenAI's default, 16
     temperature: Temperature | None = None

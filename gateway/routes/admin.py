@@ -26,8 +26,8 @@ from gateway.admin_schemas import (
     LookupView,
 )
 from gateway.auth import admin_guard
-from gateway.chat_service import flatten_messages
 from gateway.errors import CONTEXT_LENGTH_EXCEEDED, APIError, error_response
+from gateway.job_translation import flatten_messages
 from gateway.openapi_docs import error_responses
 from gateway.request_fields import TAG_PATTERN, NonBlank, Similarity, Tag, Temperature, Ttl
 from gateway.routes.admin_engine import engine_stats

@@ -11,10 +11,11 @@ from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 
 from gateway import server_timing
-from gateway.bypass import bypass_reason
-from gateway.chat_service import Answer, CacheDirectives, ChatService
+from gateway.cache_directives import CacheDirectives
+from gateway.chat_service import Answer, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import CLIENT_CLOSED_REQUEST
+from gateway.job_translation import unknown_field
 from gateway.openapi_docs import CHAT_RESPONSES, AnswerOperation
 from gateway.request_id import request_id
 from gateway.runtime import Runtime
@@ -133,9 +134,9 @@ async def chat_completions(
             # The body as received (decoded strictly into `data` already): what the
             # upstreams get if the cache cannot key it.
             body = msgspec.json.decode(await request.body())
-            if (reason := bypass_reason(data, body)) is not None:
+            if (bypass := chat.policy.unkeyable(body, unknown_field(body))) is not None:
                 answered = runtime.passthrough.answer(
-                    data, body, reason, tenant, rid, session=session
+                    data, body, bypass.reason, tenant, rid, session=session
                 )
                 return await watch.run(answered)
         answer = await watch.run(chat.answer(data, tenant, directives, rid, session))

@@ -14,15 +14,20 @@ from gateway import server_timing
 from gateway.chat_service import Answer, ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import CLIENT_CLOSED_REQUEST
+from gateway.job_translation import echo_text, text_job
 from gateway.openapi_docs import AnswerOperation, answer_responses
 from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.schemas import CompletionChoice, CompletionRequest, TextCompletion, Usage
 from gateway.streamed_answer import ended, timings_of, usage_of
 from gateway.strict_json import StrictJSON
-from gateway.text_completions import BYPASS_REASON, PATH, echo_text, to_text_job
 from gateway.upstream import Delta
 from gateway.upstream.routing import SESSION_HEADER
+
+# A prompt to continue is not a question: never cached (X-Cache-Bypass-Reason, and the
+# bypass counter's label).
+BYPASS_REASON = "completions"
+PATH = "/v1/completions"
 
 
 async def _collect(answer: Answer, echo: str) -> tuple[TextCompletion, server_timing.Timings]:
@@ -104,7 +109,7 @@ async def text_completions(
                 data, body, BYPASS_REASON, tenant, rid, PATH, session
             )
             return await watch.run(answered)
-        job = to_text_job(data, runtime.upstream.models(), tenant)
+        job = text_job(data, runtime.upstream.models(), tenant)
         echo = echo_text(job, runtime.upstream) if data.echo else ""
         answer = await watch.run(chat.uncached(job, BYPASS_REASON))
         headers = {"X-Cache-Status": "Bypass", "X-Cache-Bypass-Reason": BYPASS_REASON}

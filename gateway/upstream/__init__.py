@@ -1,25 +1,26 @@
 """Where cache misses are answered: the in-process engine or remote servers."""
 
 from gateway.upstream.base import (
-    ChatJob,
+    CompletionJob,
     Delta,
     EngineGauges,
+    Unsupported,
     Upstream,
     UpstreamError,
     UpstreamHealth,
 )
-from gateway.upstream.http import ForwardedJob, HttpUpstream
+from gateway.upstream.http import HttpUpstream
 from gateway.upstream.in_process import InProcessEngine
 from gateway.upstream.router import ModelRouter
 
 __all__ = [
-    "ChatJob",
+    "CompletionJob",
     "Delta",
     "EngineGauges",
-    "ForwardedJob",
     "HttpUpstream",
     "InProcessEngine",
     "ModelRouter",
+    "Unsupported",
     "Upstream",
     "UpstreamError",
     "UpstreamHealth",

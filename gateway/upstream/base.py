@@ -1,5 +1,6 @@
 """What the gateway asks of whatever answers a cache miss: the in-process engine, or
-remote OpenAI-compatible servers. Both speak in `ChatJob`s in and `Delta`s out."""
+remote OpenAI-compatible servers. Both speak in `CompletionJob`s in and `Delta`s out; each
+says which jobs it can serve (`supports`)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from gateway.errors import APIError
 
 
 @dataclass(frozen=True)
-class ChatJob:
-    """A validated chat request, as an upstream runs it. `messages` hold plain-string
-    content (text parts are joined by the gateway); max_tokens None means "up to the
-    context length". `prompt` (text completions, in-process engine only: upstreams get
-    those requests' bodies as received) is run as it is, text or the model's token ids,
-    instead of `messages` through the chat template."""
+class CompletionJob:
+    """A validated chat or text completion request, as an upstream runs it (built by
+    gateway/job_translation.py). `messages` hold plain-string content (text parts are
+    joined by the gateway); max_tokens None means "up to the context length". `prompt`
+    (text completions, in-process engine only: upstreams get those requests' bodies as
+    received) is run as it is, text or the model's token ids, instead of `messages`
+    through the chat template. `fields` is the request as the client set it, by OpenAI's
+    names (plain values): what `supports` reads, and what remote servers are sent beyond
+    the typed fields (gateway/upstream/http.py)."""
 
     request_id: str
     model: str
@@ -30,6 +34,7 @@ class ChatJob:
     # Unsent, the engine's defaults (OpenAI's too).
     temperature: float = SamplingParams.temperature
     top_p: float = SamplingParams.top_p
+    top_k: int = SamplingParams.top_k  # vLLM's extension: 0 is off
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks, tests)
@@ -41,6 +46,16 @@ class ChatJob:
     # Keeps the request on the server of its session's earlier ones (X-Session-Id, else
     # the `user` field; gateway/upstream/routing.py).
     session: str | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """What an upstream cannot honour in a job: the request's field (`param`) and why,
+    which the client gets as a 400 naming the field."""
+
+    param: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -157,11 +172,14 @@ class Upstream(Protocol):
     def health(self) -> list[UpstreamHealth]:
         """Each server's state, in the order configured."""
 
-    def refuse_oversized(self, job: ChatJob) -> None:
+    def supports(self, job: CompletionJob) -> Unsupported | None:
+        """What of `job` it cannot honour (None: it can run it as it is)."""
+
+    def refuse_oversized(self, job: CompletionJob) -> None:
         """Raises UpstreamError for a request it can tell will not fit without tokenizing
         it (called before the cache does any work on the request)."""
 
-    def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
+    def stream(self, job: CompletionJob) -> AsyncGenerator[Delta, None]:
         """The answer as deltas. Raises UpstreamError before the first delta for requests
         it refuses (context length, queue full, no healthy server); closing the iterator
         early aborts the request upstream."""

@@ -17,7 +17,14 @@ import httpx
 
 from engine.tokenizer import Tokenizer
 from gateway import server_timing
-from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
+from gateway.upstream.base import (
+    CompletionJob,
+    Delta,
+    EngineGauges,
+    Unsupported,
+    UpstreamError,
+    UpstreamHealth,
+)
 from gateway.upstream.remote_load import UNKNOWN_LOAD, RemoteLoad, parse_load
 from gateway.upstream.routing import Backend, Balancer, RouteKey, RoutingConfig, render
 
@@ -177,10 +184,15 @@ class HttpUpstream:
             for s in self._servers
         ]
 
-    def refuse_oversized(self, job: ChatJob) -> None:
+    def supports(self, job: CompletionJob) -> Unsupported | None:
+        """Every job: what a job cannot carry never becomes one (the gateway passes such
+        requests through as they came: gateway/passthrough.py)."""
+        return None
+
+    def refuse_oversized(self, job: CompletionJob) -> None:
         """Remote servers judge context length themselves."""
 
-    async def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
+    async def stream(self, job: CompletionJob) -> AsyncGenerator[Delta, None]:
         """Runs `job` on a healthy server; before the first delta, a server that fails
         is marked down and the next one is tried (each at most once)."""
         body = _request_body(job)
@@ -394,14 +406,6 @@ def _mid_answer() -> UpstreamError:
     return UpstreamError(502, "the upstream failed mid-answer", "upstream_error")
 
 
-@dataclass(frozen=True)
-class ForwardedJob(ChatJob):
-    """A job with the request's fields that only remote servers read (the end user's
-    id, vLLM's sampling fields at neutral values): sent as they came."""
-
-    fields: Mapping[str, object] = field(default_factory=dict, compare=False)
-
-
 class _Released(httpx.AsyncByteStream):
     """A pass-through's response body: its server counts it in flight until it closes."""
 
@@ -447,9 +451,14 @@ def upstream_failure(exc: httpx.HTTPError) -> UpstreamError:
     return UpstreamError(502, "the upstream failed", "upstream_error")
 
 
-def _request_body(job: ChatJob) -> dict[str, Any]:
+# The request's fields that only remote servers read, sent as they came: the end user's
+# id, and vLLM's sampling fields (at their neutral values: any other passes through).
+FORWARDED_FIELDS = ("user", "top_k", "min_p", "repetition_penalty")
+
+
+def _request_body(job: CompletionJob) -> dict[str, Any]:
     body: dict[str, Any] = {
-        **(job.fields if isinstance(job, ForwardedJob) else {}),
+        **{name: job.fields[name] for name in FORWARDED_FIELDS if name in job.fields},
         "model": job.model,
         "messages": job.messages,
         "stream": True,

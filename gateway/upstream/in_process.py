@@ -11,8 +11,16 @@ from engine import AsyncLLM, EngineConfig, EngineDeadError, RequestMetrics, Samp
 from engine.tokenizer import Tokenizer
 from gateway.off_loop import run_sized, work_size
 from gateway.server_timing import seconds_to_ms
-from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
+from gateway.upstream.base import (
+    CompletionJob,
+    Delta,
+    EngineGauges,
+    Unsupported,
+    UpstreamError,
+    UpstreamHealth,
+)
 from gateway.upstream.core_supervisor import CoreSupervisor
+from gateway.upstream.engine_support import unsupported
 
 DEFAULT_HANG_SECONDS = 10.0
 
@@ -120,7 +128,9 @@ class InProcessEngine:
             UpstreamHealth("in-process", self.ready(), detail=self.failure, models=(self.model_id,))
         ]
 
-    def _too_long(self, job: ChatJob, prompt_tokens: int, at_least: bool = False) -> UpstreamError:
+    def _too_long(
+        self, job: CompletionJob, prompt_tokens: int, at_least: bool = False
+    ) -> UpstreamError:
         limit = self.max_model_len
         asked = f" plus max_tokens ({job.max_tokens})" if job.max_tokens else ""
         tokens = f"at least {prompt_tokens}" if at_least else str(prompt_tokens)
@@ -133,7 +143,10 @@ class InProcessEngine:
             param=what if prompt_tokens >= limit else "max_tokens",
         )
 
-    def refuse_oversized(self, job: ChatJob) -> None:
+    def supports(self, job: CompletionJob) -> Unsupported | None:
+        return unsupported(job)
+
+    def refuse_oversized(self, job: CompletionJob) -> None:
         """400 for messages too long by their length alone: a bound from the longest token
         (engine/tokenizer.py), so a huge body is refused before anything (the cache's
         hashing, the tokenizer) spends seconds on it."""
@@ -143,7 +156,7 @@ class InProcessEngine:
         if at_least >= self.max_model_len:
             raise self._too_long(job, at_least, at_least=True)
 
-    def _encode(self, job: ChatJob) -> list[int]:
+    def _encode(self, job: CompletionJob) -> list[int]:
         assert self.llm is not None
         tokenizer = self.llm.tokenizer
         if isinstance(job.prompt, list):  # the model's own token ids, as vLLM takes them
@@ -159,7 +172,7 @@ class InProcessEngine:
         except ValueError as exc:  # the chat template refused the messages
             raise UpstreamError(400, str(exc), param="messages") from exc
 
-    def _params(self, job: ChatJob, prompt_tokens: int) -> SamplingParams:
+    def _params(self, job: CompletionJob, prompt_tokens: int) -> SamplingParams:
         room = self.max_model_len - prompt_tokens
         if room < 1 or (job.max_tokens is not None and job.max_tokens > room):
             raise self._too_long(job, prompt_tokens)
@@ -168,6 +181,7 @@ class InProcessEngine:
                 max_tokens=job.max_tokens or room,
                 temperature=job.temperature,
                 top_p=job.top_p,
+                top_k=job.top_k,
                 seed=job.seed,
                 stop=list(job.stop),
                 ignore_eos=job.ignore_eos,
@@ -191,7 +205,7 @@ class InProcessEngine:
                 retry_after=1,
             )
 
-    async def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
+    async def stream(self, job: CompletionJob) -> AsyncGenerator[Delta, None]:
         if self.llm is None:
             raise UpstreamError(503, "the engine is still loading", "service_unavailable")
         if (down := self.failure) is not None:
@@ -246,14 +260,14 @@ def _unavailable(reason: str) -> UpstreamError:
     )
 
 
-def _min_template_tokens(job: ChatJob) -> int:
+def _min_template_tokens(job: CompletionJob) -> int:
     """A lower bound of the tokens the chat template adds, so that many empty messages
     count too: one a message (templates mark where each starts), less one (a template
     may fold the system message into the next)."""
     return max(0, len(job.messages) - 1) if job.prompt is None else 0
 
 
-def _chars(job: ChatJob) -> int:
+def _chars(job: CompletionJob) -> int:
     """The prompt's size: characters (token ids: their count), to bound its tokens."""
     if job.prompt is not None:
         return len(job.prompt)

@@ -16,10 +16,11 @@ from urllib.parse import urlsplit
 from engine.tokenizer import Tokenizer
 from gateway.errors import APIError
 from gateway.upstream.base import (
-    ChatJob,
+    CompletionJob,
     Delta,
     EngineGauges,
     Forwarder,
+    Unsupported,
     Upstream,
     UpstreamHealth,
 )
@@ -140,15 +141,19 @@ class ModelRouter:
     def health(self) -> list[UpstreamHealth]:
         return [h for t in self.targets for h in t.health()]
 
-    def _job(self, job: ChatJob) -> tuple[Upstream, ChatJob]:
+    def _job(self, job: CompletionJob) -> tuple[Upstream, CompletionJob]:
         target, name = self.target(job.model)
         return target, job if name == job.model else replace(job, model=name)
 
-    def refuse_oversized(self, job: ChatJob) -> None:
+    def supports(self, job: CompletionJob) -> Unsupported | None:
+        target, job = self._job(job)
+        return target.supports(job)
+
+    def refuse_oversized(self, job: CompletionJob) -> None:
         target, job = self._job(job)
         target.refuse_oversized(job)
 
-    def stream(self, job: ChatJob) -> AsyncGenerator[Delta, None]:
+    def stream(self, job: CompletionJob) -> AsyncGenerator[Delta, None]:
         """The serving upstream's stream of `job` under its served name (no generator of
         its own: no hop per delta). Raises at the call, not at the first delta, for a
         model nobody serves."""

@@ -24,21 +24,60 @@ from tests.cache.fixtures import Run, ask
 
 def test_policy_bypasses_and_store_rules():
     policy = CachePolicy(max_temperature=0.5)
-    assert policy.may_lookup(ask("hi there", "t")).allowed
-    assert "n > 1" in policy.may_lookup(ask("hi there", "t", n=2)).reason
-    assert not policy.may_lookup(ask("hi there", "t", logprobs=True)).allowed
-    assert not policy.may_lookup(ask("hi there", "t", tools=True)).allowed
-    assert "temperature" in policy.may_lookup(ask("hi there", "t", temperature=0.9)).reason
+    assert policy.may_lookup(ask("hi there", "t")) is None
+    assert "n > 1" in policy.may_lookup(ask("hi there", "t", fields={"n": 2})).detail
+    assert policy.may_lookup(ask("hi there", "t", fields={"n": 1})) is None
+    assert policy.may_lookup(ask("hi there", "t", fields={"logprobs": True})).reason == "logprobs"
+    tools = {"tools": [{"type": "function"}]}
+    assert policy.may_lookup(ask("hi there", "t", fields=tools)).reason == "tools"
+    assert "temperature" in policy.may_lookup(ask("hi there", "t", temperature=0.9)).detail
     req = ask("hi there", "t")
-    assert policy.may_store(req, CompletionOutcome("hello", "stop")).allowed
+    assert policy.may_store(req, CompletionOutcome("hello", "stop")) is None
     for outcome in [
         CompletionOutcome("hel", "length"),
-        CompletionOutcome("hel", "stop", error=True),
-        CompletionOutcome("hel", "stop", aborted=True),
-        CompletionOutcome("", "tool_calls", tool_calls=True),
+        CompletionOutcome("", "tool_calls"),
         CompletionOutcome("   ", "stop"),
     ]:
-        assert not policy.may_store(req, outcome).allowed
+        assert policy.may_store(req, outcome) is not None
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"tool_choice": "auto"}, "tool_choice"),
+        ({"messages": [{"role": "tool", "content": "42"}]}, "tool_messages"),
+        ({"messages": [{"role": "assistant", "tool_calls": [{}]}]}, "tool_messages"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"top_logprobs": 2}, "logprobs"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"top_k": 40}, "top_k"),
+        ({"repetition_penalty": 1.1}, "repetition_penalty"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "non_text_content"),
+        # The first that applies is the reason.
+        ({"top_k": 40, "tools": [{}]}, "tools"),
+    ],
+)
+def test_policy_names_the_first_field_it_cannot_key(fields: dict, reason: str):
+    assert CachePolicy().unkeyable(fields).reason == reason
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"n": 1, "top_k": -1, "repetition_penalty": 1, "presence_penalty": 0, "min_p": 0},
+        {"tool_choice": "none", "response_format": {"type": "text"}, "logprobs": False},
+        {"n": None, "tools": None, "user": "u-1", "seed": 3},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]},
+    ],
+)
+def test_neutral_values_are_keyed_as_usual(fields: dict):
+    assert CachePolicy().unkeyable(fields) is None
+
+
+def test_an_unknown_field_bypasses_once_nothing_else_does():
+    policy = CachePolicy()
+    assert policy.unkeyable({}, "reasoning_effort").reason == "unknown_field"
+    assert policy.unkeyable({"n": 2}, "reasoning_effort").reason == "n"
 
 
 def test_context_fingerprint_covers_model_system_and_turns():

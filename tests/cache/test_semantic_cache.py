@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
 import pytest
 
-from cache import CompletionOutcome, EmbeddedRedis, Embedder, SemanticCache
+from cache import CompletionOutcome, EmbeddedRedis, Embedder, LookupResult, SemanticCache
 from cache.store import CacheStore
 from tests.cache.fixtures import Run, ask
 
@@ -160,7 +161,17 @@ def test_fail_open_when_redis_stops(embedder: Embedder, tmp_path: Path, run: Run
         server.stop()
 
 
-def test_singleflight_coalesces_20_equivalent_misses(cache: SemanticCache, tenant: str, run: Run):
+async def _coalesced(
+    cache: SemanticCache, lookup: LookupResult, upstream: Callable[[], AsyncGenerator[str, None]]
+) -> tuple[bool, AsyncGenerator[str, None]]:
+    """Whether the request leads, and its answer: the flight it joined, or `upstream`'s."""
+    seat = await cache.coalescer.join(lookup)
+    return (True, seat.feed(upstream())) if seat.feeds else (False, seat.answer())
+
+
+def test_coalescer_joins_20_equivalent_misses_to_one_flight(
+    cache: SemanticCache, tenant: str, run: Run
+):
     calls = 0
     questions = ["How do I export my contacts to CSV?"] * 12 + [
         "how do i export my contacts to csv",
@@ -177,7 +188,7 @@ def test_singleflight_coalesces_20_equivalent_misses(cache: SemanticCache, tenan
     async def one(question: str) -> tuple[bool, str]:
         lookup = await cache.lookup(ask(question, tenant))
         assert lookup.status == "miss"
-        leader, stream = await cache.follow_or_lead(ask(question, tenant), lookup, upstream)
+        leader, stream = await _coalesced(cache, lookup, upstream)
         return leader, "".join([piece async for piece in stream])
 
     async def all_at_once():
@@ -187,10 +198,10 @@ def test_singleflight_coalesces_20_equivalent_misses(cache: SemanticCache, tenan
     assert len(results) == 20 and calls == 1
     assert sum(leader for leader, _ in results) == 1
     assert {text for _, text in results} == {"Open Settings, then Export."}
-    assert cache.stats.coalesced == 19 and cache.local_flights.in_flight() == 0
+    assert cache.stats.coalesced == 19 and cache.coalescer.in_flight() == 0
 
 
-def test_singleflight_keeps_near_misses_apart(cache: SemanticCache, tenant: str, run: Run):
+def test_coalescer_keeps_near_misses_apart(cache: SemanticCache, tenant: str, run: Run):
     calls = 0
 
     async def upstream():
@@ -201,7 +212,7 @@ def test_singleflight_keeps_near_misses_apart(cache: SemanticCache, tenant: str,
 
     async def one(question: str) -> None:
         lookup = await cache.lookup(ask(question, tenant))
-        _, stream = await cache.follow_or_lead(ask(question, tenant), lookup, upstream)
+        _, stream = await _coalesced(cache, lookup, upstream)
         async for _ in stream:
             pass
 
@@ -221,8 +232,8 @@ def test_leader_leaving_does_not_cut_off_followers(cache: SemanticCache, tenant:
     async def scenario() -> str:
         request = ask("Which plan includes SSO?", tenant)
         lookup = await cache.lookup(request)
-        _, lead = await cache.follow_or_lead(request, lookup, upstream)
-        _, follow = await cache.follow_or_lead(request, lookup, upstream)
+        _, lead = await _coalesced(cache, lookup, upstream)
+        _, follow = await _coalesced(cache, lookup, upstream)
         await lead.__anext__()
         await lead.aclose()  # the leader's client disconnects
         return "".join([c async for c in follow])

@@ -1,6 +1,6 @@
-"""Single-flight across processes through the session's real Redis Stack. Each "process"
-is its own SemanticCache over its own CacheStore connection: separate in-process
-single-flight state, so only Redis can coalesce them."""
+"""Flights shared across processes through the session's real Redis Stack. Each
+"process" is its own SemanticCache over its own CacheStore connection: separate local
+flights, so only Redis can coalesce them."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from cache import EmbeddedRedis, Embedder, SemanticCache
 from cache.redis_server import free_port
 from cache.shared_flights import FlightError, FlightLost, SharedFlights
 from cache.store import CacheStore
+from gateway.chat_service import relayed
 from tests.cache.fixtures import Run, ask
 
 CODEC = (str.encode, bytes.decode)
@@ -64,11 +65,20 @@ def replicas(
         run(s.close())
 
 
-async def _start(cache: SemanticCache, question: str, tenant: str, upstream: Any, **kw: Any):
-    request = ask(question, tenant)
-    lookup = await cache.lookup(request)
+async def _start(
+    cache: SemanticCache, question: str, tenant: str, upstream: Any, variant: Any = None
+) -> tuple[bool, AsyncIterator[str]]:
+    """Whether the request leads, and its answer, as the chat service joins a flight:
+    another replica's answer is relayed (its own upstream's, if that one is lost before
+    its first chunk)."""
+    lookup = await cache.lookup(ask(question, tenant))
     assert lookup.status in ("miss", "error")
-    return await cache.follow_or_lead(request, lookup, upstream, codec=CODEC, **kw)
+    seat = await cache.coalescer.join(lookup, variant, CODEC)
+    if not seat.feeds:
+        return False, seat.answer()
+    if seat.remote is not None:
+        return False, seat.feed(relayed(seat.remote, upstream))
+    return True, seat.feed(upstream())
 
 
 async def _drain(stream: AsyncIterator[str], first: asyncio.Event | None = None) -> list[str]:
@@ -122,7 +132,7 @@ def test_a_slow_first_chunk_is_not_a_dead_leader(
 ):
     """The leader's heartbeat keeps its lease while the upstream has nothing to send."""
     for cache in replicas:
-        cache.shared_flights = _flights(cache.store.client, lease=0.3)
+        cache.coalescer.shared = _flights(cache.store.client, lease=0.3)
     a, b = replicas
     upstream = Upstream(first_delay=0.8)
 
@@ -212,7 +222,7 @@ def test_follower_of_a_vanished_leader_answers_itself(
     """A leader that claimed and then died (never publishes, never renews its lease) or
     went silent: the follower falls back to its own upstream call."""
     _, b = replicas
-    b.shared_flights = _flights(b.store.client, stall=stall)
+    b.coalescer.shared = _flights(b.store.client, stall=stall)
     ghost = _flights(b.store.client, lease=ghost_lease)
     upstream = Upstream()
     question = "How do I reset my password?"
@@ -240,7 +250,7 @@ def test_redis_unavailable_fails_open(embedder: Embedder, run: Run, tenant: str)
     upstream = Upstream()
 
     async def scenario():
-        claim = await a.shared_flights.claim("some-flight")
+        claim = await a.coalescer.shared.claim("some-flight")
         assert claim.leader and not claim.shared
         streams = [(await _start(c, "What is 2 plus 2?", tenant, upstream)) for c in (a, b)]
         return [(lead, [p async for p in stream]) for lead, stream in streams]
@@ -292,4 +302,4 @@ def test_crowds_in_two_processes_share_one_upstream_call(
     assert sum(leader for leader, _ in results) == 1
     assert a.stats.coalesced + b.stats.coalesced == 19
     assert a.stats.coalesced_remote + b.stats.coalesced_remote == 1
-    assert a.singleflight.in_flight() == b.singleflight.in_flight() == 0
+    assert a.coalescer.in_flight() == b.coalescer.in_flight() == 0

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from cache.store import MAX_TTL, CacheEntry
-from gateway.chat_service import _servable
-from gateway.upstream import ChatJob
+from gateway.replay import servable
+from gateway.upstream import CompletionJob
 from tests.engine.prompts import CAPITAL_QUESTION
 from tests.gateway.conftest import ALICE, SYSTEM, messages, settle
 from tests.gateway.servers import MODEL, Server, probed
@@ -85,15 +85,15 @@ def test_a_seeded_answer_counts_as_the_engine_counted_it(admin: httpx.Client, ht
     assert seeded.json()["metadata"]["completion_tokens"] == generated["usage"]["completion_tokens"]
 
 
-@pytest.mark.parametrize(("max_tokens", "servable"), [(None, True), (21, True), (20, False)])
+@pytest.mark.parametrize(("max_tokens", "expected"), [(None, True), (21, True), (20, False)])
 def test_an_answer_of_unknown_length_is_served_only_where_it_surely_fits(
-    max_tokens: int | None, servable: bool
+    max_tokens: int | None, expected: bool
 ):
     """Entries without a count (seeded for a model of remote upstreams, or before counts
     were kept) fit if their bytes, a leading word marker and the end-of-sequence do."""
     entry = CacheEntry("id", "Q?", "Nineteen bytes long", "t", MODEL, "", "e", 0.0)
-    job = ChatJob("r", MODEL, [{"role": "user", "content": "Q?"}], max_tokens=max_tokens)
-    assert _servable(job, None, entry) is servable
+    job = CompletionJob("r", MODEL, [{"role": "user", "content": "Q?"}], max_tokens=max_tokens)
+    assert servable(job, None, entry) is expected
 
 
 @pytest.mark.usefixtures("fresh")

@@ -83,14 +83,13 @@ UNSUPPORTED = "unsupported_value"  # what this engine cannot do: OpenAI's code f
          UNSUPPORTED),
         ({"response_format": {"type": "json_schema", "json_schema": {}}}, "response_format",
          UNSUPPORTED),
-        ({"top_k": 40}, "top_k", UNSUPPORTED),
         ({"repetition_penalty": 1.2}, "repetition_penalty", UNSUPPORTED),
         # A user's content must be text: null and no parts are alike refused.
         ({"messages": [{"role": "user", "content": None}]}, "messages", None),
         ({"messages": [{"role": "user", "content": []}]}, "messages", None),
     ],
     ids=["empty-messages", "n", "tools", "logprobs", "temperature", "max-tokens", "stop", "image",
-         "tool-message", "json-schema", "top-k", "repetition-penalty", "null-content",
+         "tool-message", "json-schema", "repetition-penalty", "null-content",
          "no-parts"],
 )  # fmt: skip
 def test_values_the_engine_cannot_honour(
@@ -99,6 +98,25 @@ def test_values_the_engine_cannot_honour(
     response = http.post("/v1/chat/completions", json=chat_body("Hi", **overrides))
     error = assert_error(response, 400)
     assert (error["param"], error["code"]) == (param, code)
+
+
+def test_top_k_is_honoured_by_the_engine_and_never_cached(http: httpx.Client):
+    """top_k reaches the sampler: top_k=1 keeps only the likeliest token, so even at
+    temperature 1 the answer is the greedy one. The cache does not key it: a bypass."""
+    question = "Name three colours of the rainbow."
+    body = chat_body(question, max_tokens=12, temperature=1.0, seed=5, top_k=1)
+    sampled = [http.post("/v1/chat/completions", json=body) for _ in range(2)]
+    greedy = http.post(
+        "/v1/chat/completions",
+        json=chat_body(question, max_tokens=12),
+        headers={"Cache-Control": "no-store"},
+    )
+    for response in [*sampled, greedy]:
+        assert response.status_code == 200, response.text
+    for response in sampled:
+        assert response.headers["x-cache-status"] == "Bypass"
+        assert response.headers["x-cache-bypass-reason"] == "top_k"
+        assert response.json()["choices"][0]["message"] == greedy.json()["choices"][0]["message"]
 
 
 def test_whole_floats_are_integers(http: httpx.Client):

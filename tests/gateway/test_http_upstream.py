@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.upstream.base import ChatJob, Delta, UpstreamError
+from gateway.upstream.base import CompletionJob, Delta, UpstreamError
 from gateway.upstream.http import HttpUpstream
 from gateway.upstream.routing import RoutingConfig
 from tests.engine.prompts import CAPITAL_QUESTION
@@ -42,13 +42,13 @@ async def pool(urls: list[str], **kwargs: Any) -> AsyncIterator[HttpUpstream]:
         await upstream.close()
 
 
-def job(upstream: HttpUpstream, question: str = CAPITAL_QUESTION, **kw) -> ChatJob:
+def job(upstream: HttpUpstream, question: str = CAPITAL_QUESTION, **kw) -> CompletionJob:
     params = {"max_tokens": 16, "temperature": 0.0, **kw}
     messages = [{"role": "user", "content": question}]
-    return ChatJob(request_id="t", model=upstream.models()[0], messages=messages, **params)
+    return CompletionJob(request_id="t", model=upstream.models()[0], messages=messages, **params)
 
 
-async def collect(upstream: HttpUpstream, chat: ChatJob) -> list[Delta]:
+async def collect(upstream: HttpUpstream, chat: CompletionJob) -> list[Delta]:
     return [delta async for delta in upstream.stream(chat)]
 
 
@@ -211,7 +211,9 @@ def test_all_dead_is_503_with_retry_after():
         async with pool([dead_url(), dead_url()], health_interval=2.0) as upstream:
             assert not upstream.ready()
             assert upstream.models() == []
-            chat = ChatJob(request_id="t", model="m", messages=[{"role": "user", "content": "hi"}])
+            chat = CompletionJob(
+                request_id="t", model="m", messages=[{"role": "user", "content": "hi"}]
+            )
             with pytest.raises(UpstreamError) as info:
                 await collect(upstream, chat)
             assert info.value.status == 503

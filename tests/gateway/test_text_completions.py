@@ -1,4 +1,4 @@
-"""POST /v1/completions (gateway/text_completions.py): the raw prompt continued by the
+"""POST /v1/completions (gateway/routes/text_completions.py): the raw prompt continued by the
 in-process engine with no chat template, never cached, driven with the OpenAI SDK
 against the session's gateway; and forwarded as received to an upstream."""
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.upstream.base import ChatJob, Delta, UpstreamError
+from gateway.upstream.base import CompletionJob, Delta, UpstreamError
 from gateway.upstream.http import HttpUpstream
 from gateway.upstream.routing import RoutingConfig
 from tests.gateway.conftest import up
@@ -45,9 +45,9 @@ async def pool(servers: list[Server], **kwargs: Any) -> AsyncIterator[HttpUpstre
         await upstream.close()
 
 
-def job(prompt: str, max_tokens: int = 2, **kw: Any) -> ChatJob:
+def job(prompt: str, max_tokens: int = 2, **kw: Any) -> CompletionJob:
     messages = [{"role": "user", "content": prompt}]
-    return ChatJob(request_id=str(uuid.uuid4()), model=MODEL, messages=messages,
+    return CompletionJob(request_id=str(uuid.uuid4()), model=MODEL, messages=messages,
                    max_tokens=max_tokens, temperature=0.0, **kw)  # fmt: skip
 
 

@@ -1,0 +1,126 @@
+"""Coalescing: concurrent equivalent misses share one upstream answer, in this process
+(cache/local_flights.py) and, given a codec, across replicas sharing one Redis
+(cache/shared_flights.py).
+
+`Coalescer.join` gives a missed request its `Seat`: it follows a flight already in
+progress, or it feeds a new one. A seat that feeds is given the stream by its caller:
+the upstream's answer when it leads, or, when another replica leads, that replica's
+answer (`Seat.remote`) relayed to this process's followers. The coalescer never starts
+an upstream request itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from cache.guard import Guard
+from cache.local_flights import Flight, LocalFlights
+from cache.lookup_result import LookupResult
+from cache.shared_flights import Claim, Codec, FlightLost, SharedFlights
+from cache.stats import CacheStats
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class Seat(Generic[T]):
+    """A missed request's place: `leads` (its own upstream request answers, for this
+    process and for other replicas' followers), else it follows another request's answer.
+    A seat whose flight has no source yet (`feeds`) must be fed once, at once: the
+    upstream's answer when it leads, else `remote` (another replica's, decoded), which
+    ends with FlightLost if that replica stops."""
+
+    leads: bool
+    feeds: bool
+    remote: AsyncGenerator[T, None] | None = None
+    _flight: Flight[T] | None = None
+    _stream: AsyncGenerator[T, None] | None = None
+    _claim: Claim | None = None
+    _publish: Callable[[Claim, AsyncIterator[T]], AsyncIterator[T]] | None = None
+
+    def feed(self, source: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
+        """Runs `source` as the flight's answer (published for other replicas when this
+        process leads a shared flight) and returns this request's own stream of it."""
+        assert self.feeds, "only a seat without a source is fed"
+        if self._flight is None:  # nothing to share: the request's own answer
+            return source
+        if self._claim is not None and self._claim.leader and self._claim.shared:
+            assert self._publish is not None
+            self._flight.feed(self._publish(self._claim, source))
+        else:
+            self._flight.feed(source)
+        assert self._stream is not None
+        return self._stream
+
+    def answer(self) -> AsyncGenerator[T, None]:
+        """A follower's stream of the flight it joined."""
+        assert not self.feeds and self._stream is not None
+        return self._stream
+
+
+class Coalescer(Generic[T]):
+    def __init__(self, guard: Guard, shared: SharedFlights, stats: CacheStats) -> None:
+        self.local: LocalFlights[T] = LocalFlights(guard)
+        self.shared = shared
+        self.stats = stats
+
+    async def join(
+        self, lookup: LookupResult, variant: Hashable = None, codec: Codec | None = None
+    ) -> Seat[T]:
+        """Joins an equivalent flight in progress, or starts one for this request to
+        feed. Only flights of the same `variant` are joined: callers put there what
+        shapes the answer beyond the question (a length limit, stop sequences), so no one
+        follows an answer cut shorter than their own would be. With a `codec` (encode,
+        decode of a chunk), flights are shared with other processes over Redis too, for
+        the same exact question and variant."""
+        scope, question, exact_key = lookup.scope, lookup.question, lookup.exact_key
+        if scope is None or question is None or exact_key is None:
+            return Seat(leads=True, feeds=True)
+        key = (scope, variant)
+        found: Flight[T] | None = self.local.find(
+            key, exact_key, question, lookup.vector, lookup.threshold
+        )
+        if found is not None:
+            self.stats.coalesced += 1
+            return Seat(leads=False, feeds=False, _stream=found.subscribe())
+        # Registered before the claim's round trip, so that equivalent requests in this
+        # process join it instead of claiming again.
+        flight: Flight[T] = self.local.start(key, exact_key, question, lookup.vector)
+        stream = flight.subscribe()
+        if codec is None:
+            return Seat(leads=True, feeds=True, _flight=flight, _stream=stream)
+        try:
+            claim = await self.shared.claim(SharedFlights.flight_id(exact_key, variant))
+        except BaseException as exc:  # cancelled: no one will feed the flight
+            flight.fail(exc)
+            raise
+        encode, decode = codec
+        if claim.leader:
+            return Seat(
+                leads=True,
+                feeds=True,
+                _flight=flight,
+                _stream=stream,
+                _claim=claim,
+                _publish=lambda claim, chunks: self.shared.publish(claim, chunks, encode),
+            )
+        self.stats.coalesced += 1
+        self.stats.coalesced_remote += 1
+        remote = self._follow(claim, decode)
+        return Seat(leads=False, feeds=True, remote=remote, _flight=flight, _stream=stream)
+
+    async def _follow(
+        self, claim: Claim, decode: Callable[[bytes], Any]
+    ) -> AsyncGenerator[T, None]:
+        """Another replica's flight, decoded; its loss is counted, then raised."""
+        try:
+            async for payload in self.shared.follow(claim):
+                yield decode(payload)
+        except FlightLost:
+            self.stats.errors["flight_lost"] += 1
+            raise
+
+    def in_flight(self) -> int:
+        return self.local.in_flight()
