@@ -3,8 +3,7 @@ multilingual), near-miss guards with a fitted verifier, and single-flight. No we
 no model code (calibration and fitting are offline tools: bench/)."""
 
 from cache.embedder import Embedder
-from cache.guard import Guard, Verdict
-from cache.language_guard import LanguageGuard
+from cache.guard import Guard, LanguageGuard, Verdict
 from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.redis_server import EmbeddedRedis, RedisUnavailableError

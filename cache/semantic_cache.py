@@ -21,12 +21,10 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import redis.exceptions
 
-from cache import cross_encoder
 from cache.circuit_breaker import CircuitBreaker
 from cache.embedder import Embedder
-from cache.guard import Guard
+from cache.guard import Guard, LanguageGuard, cross_encoder
 from cache.language import language
-from cache.language_guard import LanguageGuard
 from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.redis_server import EmbeddedRedis, check_redis_url

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from cache import Embedder, Guard
-from cache.guard import REGISTRY, VERIFIER, Rule, Verdict, rule
-from cache.guard_features import Features
+from cache.guard.english_guard import REGISTRY, VERIFIER, Rule, Verdict, rule
+from cache.guard.features import Features
 
 
 @pytest.mark.parametrize("registered", REGISTRY.values(), ids=lambda r: r.name)

@@ -116,6 +116,8 @@ def read_verifiers(text: str) -> dict[str, Verifier]:
     return {name: Verifier.from_dict(data) for name, data in json.loads(text)["tiers"].items()}
 
 
-# Fitted by `semgate cache fit --write cache/verifier.json`; tests/bench/test_verifier_fit.py
+# Fitted by `semgate cache fit --write cache/guard/verifier.json`; tests/bench/test_verifier_fit.py
 # refits and checks it.
-VERIFIERS = read_verifiers(files("cache").joinpath("verifier.json").read_text(encoding="utf-8"))
+VERIFIERS = read_verifiers(
+    files("cache.guard").joinpath("verifier.json").read_text(encoding="utf-8")
+)

@@ -10,10 +10,10 @@ import pytest
 
 from bench.calibrate import calibrate, load_pairs
 from cache import DEFAULT_THRESHOLD, Embedder, Guard, SemanticCache
-from cache.guard import GREY_RULES, VERIFIER, pair_features
+from cache.guard.english_guard import GREY_RULES, VERIFIER, pair_features
 from tests.cache.fixtures import Run
 
-DATA = Path(__file__).parents[2] / "data"
+DATA = Path(__file__).parents[3] / "data"
 
 NEAR_MISSES = [
     ("Convert 100 °F to Celsius", "Convert 100 °C to Fahrenheit", {"units", "order"}),

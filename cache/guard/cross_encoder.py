@@ -31,7 +31,7 @@ from safetensors.torch import load_file
 from cache.embedder import resolve_embedder_path
 
 BASE = "all-minilm-l6-v2"
-WEIGHTS = Path(str(files("cache").joinpath("cross_encoder.safetensors")))
+WEIGHTS = Path(str(files("cache.guard").joinpath("cross_encoder.safetensors")))
 # The linear layers of each BERT layer that get a low-rank change.
 ADAPTED = (
     "attention.self.query",

@@ -24,7 +24,7 @@ questions share and the cross-encoder's reading of the two side by side
 (`cross_encoder.py`); without one, a grey rule rejects on its own too.
 
 Each rule below is a function registered by `@rule` with an example pair it rejects
-(tests/cache/test_guard_rules.py checks each); they run in the order they are defined
+(tests/cache/guard/test_rules.py checks each); they run in the order they are defined
 here. The word lists they read are in `guard_words.json`.
 """
 
@@ -34,8 +34,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cache import cross_encoder, lexicon
-from cache.guard_compare import (
+from cache.guard import cross_encoder, lexicon
+from cache.guard.compare import (
     ANTONYMS,
     AUDIENCES,
     CONTRASTS,
@@ -51,9 +51,9 @@ from cache.guard_compare import (
     swapped,
     units_name_each_number,
 )
-from cache.guard_features import Features, features, stem
+from cache.guard.features import Features, features, stem
+from cache.guard.verifier import VERIFIERS, Verifier, overlap_features
 from cache.language import ENGLISH
-from cache.verifier import VERIFIERS, Verifier, overlap_features
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from importlib.resources import files
 from typing import Any
 
 _LISTS: dict[str, dict[str, Any]] = json.loads(
-    files("cache").joinpath("guard_words.json").read_text(encoding="utf-8")
+    files("cache.guard").joinpath("guard_words.json").read_text(encoding="utf-8")
 )
 
 

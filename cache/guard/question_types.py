@@ -5,7 +5,7 @@ alternatives (units, nouns) are lists in `guard_words.json`."""
 
 from __future__ import annotations
 
-from cache import lexicon
+from cache.guard import lexicon
 
 _TIME_UNITS = "|".join(lexicon.ASKED_TIME_UNITS)
 _LENGTH_UNITS = "|".join(lexicon.ASKED_LENGTH_UNITS)

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib.resources import files
 
-_LISTS = json.loads(files("cache").joinpath("language_words.json").read_text(encoding="utf-8"))
+_LISTS = json.loads(
+    files("cache.guard").joinpath("language_words.json").read_text(encoding="utf-8")
+)
 NEGATIONS: dict[str, frozenset[str]] = {
     lang: frozenset(words) for lang, words in _LISTS["negations"]["by_language"].items()
 }

@@ -11,9 +11,9 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-from cache import lexicon
+from cache.guard import lexicon
+from cache.guard.question_types import QUESTION_TYPES
 from cache.language import ENGLISH, language
-from cache.question_types import QUESTION_TYPES
 
 _TOKEN = re.compile(
     r"°\s?[cfk]\b"  # degree units

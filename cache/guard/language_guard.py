@@ -19,16 +19,16 @@ has no semantic tier.
 
 from __future__ import annotations
 
-from cache.guard import PASS, Verdict
-from cache.language import language
-from cache.language_features import (
+from cache.guard.english_guard import PASS, Verdict
+from cache.guard.language_features import (
     DAYS,
     OPPOSITES,
     UNSPACED,
     LanguageFeatures,
     language_features,
 )
-from cache.verifier import VERIFIERS, Verifier, overlap_features
+from cache.guard.verifier import VERIFIERS, Verifier, overlap_features
+from cache.language import language
 
 
 def certain(a: LanguageFeatures, b: LanguageFeatures) -> Verdict | None:
