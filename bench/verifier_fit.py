@@ -26,10 +26,11 @@ import numpy as np
 from bench.calibrate import Pair
 from bench.embedding_cache import embed_cached
 from cache.embedder import Embedder
-from cache.guard.english_guard import Guard, pair_features
+from cache.guard import Guard
 from cache.guard.language_features import language_features
 from cache.guard.language_guard import certain
 from cache.guard.language_guard import pair_features as language_pair_features
+from cache.guard.pair_features import pair_features
 from cache.guard.verifier import Verifier
 from cache.language import ENGLISH, language
 from cache.multilingual_embedder import MultilingualEmbedder

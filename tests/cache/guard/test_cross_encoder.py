@@ -15,7 +15,7 @@ from bench.calibrate import Pair, load_pairs
 from bench.cross_encoder_fit import adapted_model, read_held_out, save, train
 from cache import Embedder, Guard
 from cache.guard.cross_encoder import CrossEncoder, shared
-from cache.guard.english_guard import pair_features
+from cache.guard.pair_features import pair_features
 from cache.guard.verifier import Verifier
 
 ROOT = Path(__file__).parents[3]

@@ -10,7 +10,9 @@ import pytest
 
 from bench.calibrate import calibrate, load_pairs
 from cache import DEFAULT_THRESHOLD, Embedder, Guard, SemanticCache
-from cache.guard.english_guard import GREY_RULES, VERIFIER, pair_features
+from cache.guard.pair_features import pair_features
+from cache.guard.rules import GREY_RULES
+from cache.guard.verdict import VERIFIER
 from tests.cache.fixtures import Run
 
 DATA = Path(__file__).parents[3] / "data"
