@@ -8,9 +8,10 @@ from collections.abc import Collection, Sequence
 
 from cache.guard import cross_encoder, lexicon
 from cache.guard.compare import SYNONYMS
-from cache.guard.features import Features, stem
+from cache.guard.features import Features
 from cache.guard.rules import GREY_RULES
 from cache.guard.verifier import overlap_features
+from cache.guard.words import stem
 
 CROSS = "cross"  # the verifier's feature that is the cross-encoder's logit
 
