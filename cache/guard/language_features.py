@@ -130,7 +130,7 @@ def _quoted(text: str) -> frozenset[str]:
 def _names(text: str, language: str) -> frozenset[str]:
     """Capitalised words that do not start a sentence (not in German, which capitalises
     every noun), and Latin-script words in a text written in another script."""
-    names = set()
+    names: set[str] = set()
     if _NON_LATIN_LETTER.search(text) and language not in {"ru"}:
         names.update(w.casefold() for w in _LATIN.findall(text))
     if language != "de":
