@@ -1,4 +1,4 @@
-"""Fits the cross-encoder (`cache/cross_encoder.py`) to labelled English pairs with LoRA:
+"""Fits the cross-encoder (`cache/guard/cross_encoder.py`) to labelled English pairs with LoRA:
 the bundled MiniLM's weights stay as they are; each adapted linear layer learns a change
 B A of rank `RANK` (B starts at zero, so training starts from the plain model), and a
 head over the pooled token states learns the label.
@@ -25,7 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from bench.calibrate import Pair
-from cache.cross_encoder import (
+from cache.guard.cross_encoder import (
     BASE,
     adapted_linears,
     encode_pairs,

@@ -1,4 +1,4 @@
-"""Fits the verifier (`cache/verifier.py`) to labelled pairs, and scores it pair by pair.
+"""Fits the verifier (`cache/guard/verifier.py`) to labelled pairs, and scores it pair by pair.
 
 Each pair is measured once: its similarity under its tier's embedder, whether a certain
 rule rejects it, and the verifier's features. The English model is fitted on the pairs
@@ -26,13 +26,14 @@ import numpy as np
 from bench.calibrate import Pair
 from bench.embedding_cache import embed_cached
 from cache.embedder import Embedder
-from cache.guard import Guard, pair_features
+from cache.guard import Guard
+from cache.guard.language_features import language_features
+from cache.guard.language_guard import certain
+from cache.guard.language_guard import pair_features as language_pair_features
+from cache.guard.pair_features import pair_features
+from cache.guard.verifier import Verifier
 from cache.language import ENGLISH, language
-from cache.language_features import language_features
-from cache.language_guard import certain
-from cache.language_guard import pair_features as language_pair_features
 from cache.multilingual_embedder import MultilingualEmbedder
-from cache.verifier import Verifier
 
 KEPT_PARAPHRASES = 0.9
 MIN_PARAPHRASES = 5

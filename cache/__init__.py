@@ -5,8 +5,7 @@ and fitting are offline tools: bench/)."""
 
 from cache.coalescer import Coalescer, Seat
 from cache.embedder import Embedder
-from cache.guard import Guard, Verdict
-from cache.language_guard import LanguageGuard
+from cache.guard import Guard, LanguageGuard, Verdict
 from cache.lookup_result import LookupResult
 from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import Bypass, CachePolicy, CacheRequest, CacheScope, CompletionOutcome

@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cache import cross_encoder
 from cache.embedder import Embedder
+from cache.guard import cross_encoder
 from cache.multilingual_embedder import MultilingualEmbedder
 from cache.redis_server import EmbeddedRedis, check_redis_url
 from cache.semantic_cache import SemanticCache

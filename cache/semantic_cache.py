@@ -22,9 +22,8 @@ import redis.exceptions
 from cache.circuit_breaker import CircuitBreaker
 from cache.coalescer import Coalescer
 from cache.embedder import Embedder
-from cache.guard import Guard
+from cache.guard import Guard, LanguageGuard
 from cache.language import language
-from cache.language_guard import LanguageGuard
 from cache.lookup_result import LookupResult
 from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome

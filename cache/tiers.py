@@ -24,9 +24,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from cache.embedder import Embedder
-from cache.guard import Guard, Verdict
+from cache.guard import Guard, LanguageGuard, Verdict
 from cache.language import ENGLISH
-from cache.language_guard import LanguageGuard
 from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CacheScope
 from cache.store import MULTILINGUAL_VECTOR, CacheEntry, CacheStore, Candidate, VectorField

@@ -104,8 +104,9 @@ def cmd_cache_fit(args: argparse.Namespace) -> int:
         score_pairs,
         verifier_file,
     )
-    from cache import DEFAULT_THRESHOLD, Embedder, Guard, MultilingualEmbedder, cross_encoder
-    from cache.verifier import TARGET_PRECISION
+    from cache import DEFAULT_THRESHOLD, Embedder, Guard, MultilingualEmbedder
+    from cache.guard import cross_encoder
+    from cache.guard.verifier import TARGET_PRECISION
 
     floor = DEFAULT_THRESHOLD if args.floor is None else args.floor
     english = {str(path): load_pairs(path) for path in args.pairs}
@@ -261,7 +262,7 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         default=None,
         metavar="JSON",
         help="also write the models and the fit's inputs to this file (the guards load "
-        "cache/verifier.json)",
+        "cache/guard/verifier.json)",
     )
     fit.add_argument("--json", action="store_true", help="print the models and scores as JSON")
     fit.set_defaults(func=cmd_cache_fit)
@@ -278,6 +279,6 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         type=Path,
         required=True,
         metavar="SAFETENSORS",
-        help="where to write the adapter (the guard loads cache/cross_encoder.safetensors)",
+        help="where to write the adapter (the guard loads cache/guard/cross_encoder.safetensors)",
     )
     train.set_defaults(func=cmd_cache_train_cross_encoder)

@@ -19,12 +19,13 @@ from bench.verifier_fit import (
     measure_multilingual,
     score_pairs,
 )
-from cache import DEFAULT_THRESHOLD, Embedder, Guard, MultilingualEmbedder, cross_encoder
-from cache.verifier import TARGET_PRECISION, VERIFIERS, Verifier, read_verifiers
+from cache import DEFAULT_THRESHOLD, Embedder, Guard, MultilingualEmbedder
+from cache.guard import cross_encoder
+from cache.guard.verifier import TARGET_PRECISION, VERIFIERS, Verifier, read_verifiers
 
 ROOT = Path(__file__).parents[2]
 DATA = ROOT / "data"
-FITTED = json.loads((ROOT / "cache" / "verifier.json").read_text())["fitted_on"]
+FITTED = json.loads((ROOT / "cache" / "guard" / "verifier.json").read_text())["fitted_on"]
 
 
 @pytest.fixture(scope="module")

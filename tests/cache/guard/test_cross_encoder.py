@@ -14,11 +14,11 @@ import torch
 from bench.calibrate import Pair, load_pairs
 from bench.cross_encoder_fit import adapted_model, read_held_out, save, train
 from cache import Embedder, Guard
-from cache.cross_encoder import CrossEncoder, shared
-from cache.guard import pair_features
-from cache.verifier import Verifier
+from cache.guard.cross_encoder import CrossEncoder, shared
+from cache.guard.pair_features import pair_features
+from cache.guard.verifier import Verifier
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 PAIRS = [
     ("Why did the Roman Empire fall?", "Why did the Roman Empire collapse?"),
     ("How do I keep avocados from turning brown?", "How do I stop avocados turning brown?"),
@@ -27,7 +27,7 @@ PAIRS = [
 
 
 def test_the_shipped_adapter_records_the_english_fit_sets():
-    fitted = json.loads((ROOT / "cache" / "verifier.json").read_text())["fitted_on"]
+    fitted = json.loads((ROOT / "cache" / "guard" / "verifier.json").read_text())["fitted_on"]
     assert shared().fitted_on == fitted["english"]
 
 

@@ -10,7 +10,7 @@ from importlib.resources import files
 from typing import Any
 
 _LISTS: dict[str, dict[str, Any]] = json.loads(
-    files("cache").joinpath("guard_words.json").read_text(encoding="utf-8")
+    files("cache.guard").joinpath("guard_words.json").read_text(encoding="utf-8")
 )
 
 
@@ -23,6 +23,11 @@ def _word_set(name: str) -> frozenset[str]:
 
 
 def _map(name: str) -> dict[str, Any]:
+    return dict(_LISTS[name]["map"])
+
+
+def _word_map(name: str) -> dict[str, str]:
+    """A map of a word to a word (an alias to its name, a particle to its opposite)."""
     return dict(_LISTS[name]["map"])
 
 
@@ -58,7 +63,7 @@ NUMBER_WORDS: dict[str, float] = {
 _UNIT_GROUPS: dict[str, list[str]] = _map("units")
 UNITS: dict[str, str] = {alias: unit for unit, aliases in _UNIT_GROUPS.items() for alias in aliases}
 UNIT_NAMES = frozenset(_UNIT_GROUPS)
-LETTER_UNITS: dict[str, str] = _map("letter_units")
+LETTER_UNITS = _word_map("letter_units")
 CURRENCY_SIGNS = _word_set("currency_signs")
 CURRENCY_UNITS = _word_set("currency_units")
 TEMPERATURE_UNITS = _word_set("temperature_units")
@@ -70,7 +75,7 @@ TIME_UNIT_NAMES = _word_set("time_unit_names")
 ASKING_WORDS = _word_set("asking_words")
 ORDINAL_UNIT_WORDS = _word_set("ordinal_unit_words")
 PER_WORDS = _word_set("per_words")
-TEMPORAL_PREPOSITIONS: dict[str, str] = _map("temporal_prepositions")
+TEMPORAL_PREPOSITIONS = _word_map("temporal_prepositions")
 TIME_ORDINALS = _word_set("time_ordinals")
 
 # Negation, opposites, alternatives, synonyms.
@@ -78,7 +83,7 @@ NEGATIONS = _word_set("negations")
 IMPLIED_NEGATIVES = _word_set("implied_negatives")
 LOSS_VERBS = _word_set("loss_verbs")
 ANTONYM_PAIRS = _pairs("antonym_pairs")
-OPPOSITE_PARTICLES: dict[str, str] = _map("opposite_particles")
+OPPOSITE_PARTICLES = _word_map("opposite_particles")
 _AUDIENCES = _named_groups("audience_groups")
 _AUDIENCE_ALTERNATIVES = _named_groups("audience_alternatives")
 AUDIENCE_GROUPS: list[set[str]] = [set(group) for group in _AUDIENCES.values()]
@@ -92,7 +97,7 @@ SYNONYM_GROUPS = _groups("synonym_groups")
 
 # Names.
 GAZETTEER = _union("gazetteer")
-ENTITY_ALIASES: dict[str, str] = _map("entity_aliases")
+ENTITY_ALIASES = _word_map("entity_aliases")
 ENTITY_PARENTS: dict[str, str] = {
     kind: parent for parent, kinds in _named_groups("entity_parents").items() for kind in kinds
 }

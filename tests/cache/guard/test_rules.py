@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from cache import Embedder, Guard
-from cache.guard import REGISTRY, VERIFIER, Rule, Verdict, rule
-from cache.guard_features import Features
+from cache.guard.features import Features
+from cache.guard.rules import REGISTRY, Rule, rule
+from cache.guard.verdict import VERIFIER, Verdict
 
 
 @pytest.mark.parametrize("registered", REGISTRY.values(), ids=lambda r: r.name)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from importlib.resources import files
 
@@ -90,7 +90,7 @@ class Verifier:
         )
 
 
-def overlap_features(a: str, b: str) -> dict[str, float]:
+def overlap_features(a: Sequence[str], b: Sequence[str]) -> dict[str, float]:
     """How much two texts share, as sequences of their units (words, or characters for
     text without spaces): `jaccard` of the distinct units, `sequence` difflib's ratio of
     the units in order, and `bigrams` the jaccard of adjacent pairs."""
@@ -101,11 +101,11 @@ def overlap_features(a: str, b: str) -> dict[str, float]:
     }
 
 
-def _pairs(units: str | tuple[str, ...]) -> set[tuple[str, ...]]:
+def _pairs(units: Sequence[str]) -> set[tuple[str, ...]]:
     return {tuple(units[i : i + 2]) for i in range(len(units) - 1)} or {tuple(units)}
 
 
-def _jaccard(a: set[object], b: set[object]) -> float:
+def _jaccard(a: Set[Hashable], b: Set[Hashable]) -> float:
     union = a | b
     return len(a & b) / len(union) if union else 1.0
 
@@ -116,6 +116,8 @@ def read_verifiers(text: str) -> dict[str, Verifier]:
     return {name: Verifier.from_dict(data) for name, data in json.loads(text)["tiers"].items()}
 
 
-# Fitted by `semgate cache fit --write cache/verifier.json`; tests/bench/test_verifier_fit.py
+# Fitted by `semgate cache fit --write cache/guard/verifier.json`; tests/bench/test_verifier_fit.py
 # refits and checks it.
-VERIFIERS = read_verifiers(files("cache").joinpath("verifier.json").read_text(encoding="utf-8"))
+VERIFIERS = read_verifiers(
+    files("cache.guard").joinpath("verifier.json").read_text(encoding="utf-8")
+)

@@ -1,4 +1,4 @@
-"""The guard's word lists (cache/guard_words.json): each says what it is for, and each is
+"""The guard's word lists (cache/guard/guard_words.json): each says what it is for, and each is
 read."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cache import lexicon
+from cache.guard import lexicon
 
 WORDS = Path(lexicon.__file__).with_name("guard_words.json")
 LISTS: dict[str, dict] = json.loads(WORDS.read_text(encoding="utf-8"))

@@ -1,46 +1,40 @@
-"""The near-miss guard: after a vector match, reject candidates whose answer would differ.
-
-Sentence embeddings score "Convert 100 °F to Celsius" vs "Convert 100 °C to
-Fahrenheit" at 0.99, above most true paraphrases. The guard compares the two questions
-on the features that change an answer while barely moving the vector: numbers (a span
-of time in its largest whole unit: "14 days" is "2 weeks"), units, negation, opposite
-words, before/during/after a time, direction (A to B vs B to A), two names trading
-roles, named entities (acronyms match what they spell), contrasting alternatives and
-an audience on one side only ("in children"), the kind of question, one word exchanged
-in the same frame (operators such as == and === included), one word added inside a
-shared phrase ("president" vs "vice president"), a condition added to a whole question
-("... while roaming"), different quoted text or flags, and what replaces what ("A
-instead of B"). Each rule is a few set operations over pre-extracted features
-(`guard_features.py`, cached per text: extracting a new question's takes ~0.5 ms once;
-a check then costs tens of microseconds), and a rejection names its rule so the dry run
-can explain it.
+"""The English guard's rules. Sentence embeddings score "Convert 100 °F to Celsius" vs
+"Convert 100 °C to Fahrenheit" at 0.99, above most true paraphrases. The rules compare
+the two questions on the features that change an answer while barely moving the vector:
+numbers (a span of time in its largest whole unit: "14 days" is "2 weeks"), units,
+negation, opposite words, before/during/after a time, direction (A to B vs B to A), two
+names trading roles, named entities (acronyms match what they spell), contrasting
+alternatives and an audience on one side only ("in children"), the kind of question,
+one word exchanged in the same frame (operators such as == and === included), one word
+added inside a shared phrase ("president" vs "vice president"), a condition added to a
+whole question ("... while roaming"), different quoted text or flags, and what replaces
+what ("A instead of B"). Each rule is a few set operations over pre-extracted features
+(`features.py`, cached per text: extracting a new question's takes ~0.5 ms once; a check
+then costs tens of microseconds), and a rejection names its rule so the dry run can
+explain it.
 
 The rules that are certain (a different number, unit, name, negation, direction, an
 opposite word, quoted text or kind of question is never the same question) reject on
-their own. The others (contrast, substitution, modifier, qualifier) mark the grey
-zone: with the embeddings' similarity, the verifier (`verifier.py`, fitted on the
-labelled pairs) weighs what they found together with the similarity, the words the two
-questions share and the cross-encoder's reading of the two side by side
-(`cross_encoder.py`); without one, a grey rule rejects on its own too.
+their own. The others (contrast, substitution, modifier, qualifier) mark the grey zone
+(`GREY_RULES`), which the verifier decides (`english_guard.py`).
 
 Each rule below is a function registered by `@rule` with an example pair it rejects
-(tests/cache/test_guard_rules.py checks each); they run in the order they are defined
+(tests/cache/guard/test_rules.py checks each); they run in the order they are defined
 here. The word lists they read are in `guard_words.json`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cache import cross_encoder, lexicon
-from cache.guard_compare import (
+from cache.guard import lexicon
+from cache.guard.compare import (
     ANTONYMS,
     AUDIENCES,
     CONTRASTS,
     IMPLIED_NEGATIVES,
-    SYNONYMS,
     alike,
     anchored_negations,
     comparable_units,
@@ -51,19 +45,9 @@ from cache.guard_compare import (
     swapped,
     units_name_each_number,
 )
-from cache.guard_features import Features, features, stem
+from cache.guard.features import Features
+from cache.guard.verdict import Verdict, fmt
 from cache.language import ENGLISH
-from cache.verifier import VERIFIERS, Verifier, overlap_features
-
-
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    rule: str | None = None
-    detail: str = ""
-
-
-PASS = Verdict(True)
 
 WordCheck = Callable[[Features, Features], Verdict | None]
 Check = TypeVar("Check", bound=WordCheck)
@@ -79,8 +63,6 @@ class Rule:
 
 # Every rule by name, in the order they run: the first to reject names the verdict.
 REGISTRY: dict[str, Rule] = {}
-VERIFIER = "verifier"  # the name a verdict of the verifier carries
-CROSS = "cross"  # the verifier's feature that is the cross-encoder's logit
 
 
 def rule(example: tuple[str, str], certain: bool = True) -> Callable[[Check], Check]:
@@ -116,7 +98,7 @@ def language(a: Features, b: Features) -> Verdict | None:
 def numbers(a: Features, b: Features) -> Verdict | None:
     """Different numbers, in any order ("17 times 23" vs "17 times 24")."""
     if sorted(a.numbers) != sorted(b.numbers):
-        return Verdict(False, "numbers", f"{_fmt(a.numbers)} vs {_fmt(b.numbers)}")
+        return Verdict(False, "numbers", f"{fmt(a.numbers)} vs {fmt(b.numbers)}")
     return None
 
 
@@ -129,13 +111,13 @@ def units(a: Features, b: Features) -> Verdict | None:
     # A currency sign on one side only is usually just left out ("300k" vs "$300,000").
     qa, qb = qa - lexicon.CURRENCY_UNITS, qb - lexicon.CURRENCY_UNITS
     if qa and qb and qa != qb:  # "100 km in miles" vs "100 miles in km"
-        return Verdict(False, "units", f"{_fmt(qa)} vs {_fmt(qb)} measured")
+        return Verdict(False, "units", f"{fmt(qa)} vs {fmt(qb)} measured")
     # "what is 15% of 80" states the percentage that "15 is what percent of 80" asks.
     for stated, asked in ((qa, b.asked_units), (qb, a.asked_units)):
         if stated & asked:
-            return Verdict(False, "units", f"{_fmt(stated & asked)} stated vs asked")
+            return Verdict(False, "units", f"{fmt(stated & asked)} stated vs asked")
     if ((ua - ub) and (ub - ua)) or (qa - ub) or (qb - ua):
-        return Verdict(False, "units", f"{_fmt(ua)} vs {_fmt(ub)}")
+        return Verdict(False, "units", f"{fmt(ua)} vs {fmt(ub)}")
     return None
 
 
@@ -166,7 +148,7 @@ def polarity(a: Features, b: Features) -> Verdict | None:
     if opposed is not None:
         return opposed
     if a.timing and b.timing and not a.timing & b.timing:
-        return Verdict(False, "polarity", f"{_fmt(a.timing)} vs {_fmt(b.timing)} a time")
+        return Verdict(False, "polarity", f"{fmt(a.timing)} vs {fmt(b.timing)} a time")
     for verb, particle in a.particles - b.particles:
         opposite = (verb, lexicon.OPPOSITE_PARTICLES[particle])
         if opposite in b.particles and opposite not in a.particles:
@@ -184,7 +166,7 @@ def order(a: Features, b: Features) -> Verdict | None:
         and (a.noncommutative or b.noncommutative)
         and not units_name_each_number(a, b)
     ):
-        numbers = f"{_fmt(a.numbers)} vs {_fmt(b.numbers)}"
+        numbers = f"{fmt(a.numbers)} vs {fmt(b.numbers)}"
         return Verdict(False, "order", f"numbers in another order: {numbers}")
     if swapped(a, b):
         return Verdict(False, "order", "two names or phrases trade places")
@@ -211,7 +193,7 @@ def entities(a: Features, b: Features) -> Verdict | None:
         {e for e in only_b if lexicon.ENTITY_PARENTS.get(e) not in only_a},
     )
     if only_a and only_b:
-        return Verdict(False, "entities", f"{_fmt(only_a)} vs {_fmt(only_b)}")
+        return Verdict(False, "entities", f"{fmt(only_a)} vs {fmt(only_b)}")
     return None
 
 
@@ -222,7 +204,7 @@ def literal(a: Features, b: Features) -> Verdict | None:
     has words the other lacks: "'data'" vs "'data is' or 'data are'" asks the same."""
     for x, y, what in ((a.quoted, b.quoted, "quoted"), (a.flags, b.flags, "flags")):
         if x - y and y - x:
-            return Verdict(False, "literal", f"{what} {_fmt(x)} vs {_fmt(y)}")
+            return Verdict(False, "literal", f"{what} {fmt(x)} vs {fmt(y)}")
     return None
 
 
@@ -337,13 +319,6 @@ def qualifier(a: Features, b: Features) -> Verdict | None:
     return Verdict(False, "qualifier", f"{' '.join(phrase)!r} on one side only")
 
 
-def _fmt(values: object) -> str:
-    if isinstance(values, tuple | list | set | frozenset):
-        items = sorted(values) if isinstance(values, set | frozenset) else list(values)
-        return "{" + ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in items) + "}"
-    return str(values)
-
-
 def _exchange_verdict(
     a: Features, b: Features, related: dict[str, set[str]], name: str
 ) -> Verdict | None:
@@ -356,184 +331,5 @@ def _exchange_verdict(
     return None
 
 
+# The grey zone's rules, whose findings are features of the verifier.
 GREY_RULES = tuple(name for name, r in REGISTRY.items() if not r.certain)
-
-
-# Words that only frame a question ("explain", "define", "mean"): a question that adds one
-# asks the same thing, and they do not count as content words the two do not share.
-_FRAMING = frozenset(stem(w) for w in lexicon.NON_NARROWING) | lexicon.NON_NARROWING
-
-
-def _answer_type(f: Features) -> int | None:
-    """Where a noun naming the answer's kind follows "which"/"what" ("which city is ..."),
-    if one does."""
-    for i in range(1, len(f.words)):
-        if f.words[i - 1] in ("which", "what") and f.words[i] in lexicon.ANSWER_TYPE_NOUNS:
-            return i
-    return None
-
-
-def _same_words(ca: list[str], cb: list[str]) -> bool:
-    """The same content words (stems), in order, each the other's or a listed synonym
-    ("built" and "constructed"). Not `alike`'s looser kin: "button" is not "buttonhole",
-    nor "linux" "ubuntu"."""
-    return len(ca) == len(cb) and all(
-        x == y or y in SYNONYMS.get(x, ()) for x, y in zip(ca, cb, strict=True)
-    )
-
-
-def pair_features(
-    a: Features, b: Features, similarity: float, grey: Collection[str], cross: float
-) -> dict[str, float]:
-    """What the verifier weighs of a pair the certain rules passed: the similarity; the
-    cross-encoder's logit (`cross`) that the two ask the same thing; whether
-    the two have the same content words (framing words aside, synonyms alike) and, when
-    not, how much of
-    their wording they share (all words: in common, in the same order, as adjacent pairs;
-    content words in common, whether each side has one the other lacks, a word exchanged,
-    and how many one side adds; whether one is the other with words added, alone and
-    scaled by the similarity): a pair that keeps most words but changes one is another
-    question more often than not, one that keeps every content word is rewording; and
-    which grey rules found something (`grey`), alone and scaled by the similarity (a
-    synonym exchanged scores higher than another thing named)."""
-    ta, tb = _answer_type(a), _answer_type(b)
-    # Only one side naming the answer's kind ("which city" beside "what") asks the same;
-    # two kinds named are compared as content ("which city" vs "which country").
-    ca = [
-        w
-        for i, w in zip(a.content_at, a.content, strict=True)
-        if w not in _FRAMING and (i != ta or tb is not None)
-    ]
-    cb = [
-        w
-        for i, w in zip(b.content_at, b.content, strict=True)
-        if w not in _FRAMING and (i != tb or ta is not None)
-    ]
-    differs = float(not _same_words(ca, cb))
-    shared = overlap_features(a.words, b.words)
-    only = (len(set(ca) - set(cb)), len(set(cb) - set(ca)))
-    union = set(ca) | set(cb)
-    # One question is the other with words added ("the health benefits of ..."): how
-    # much such an addition matters depends on the similarity more than on the wording.
-    inserted = differs * float(_within(a.words, b.words) or _within(b.words, a.words))
-    values = {
-        "similarity": similarity,
-        CROSS: _clipped(cross),
-        "same_content": 1.0 - differs,
-        **{name: value * differs for name, value in shared.items()},
-        "content_jaccard": differs * (len(set(ca) & set(cb)) / len(union) if union else 1.0),
-        "exchanged": float(min(only) > 0),
-        "added": float(max(only)),
-        "similarity_x_sequence": similarity * shared["sequence"] * differs,
-        "inserted": inserted,
-        "inserted_x_similarity": inserted * similarity,
-    }
-    for name in GREY_RULES:
-        found = float(name in grey)
-        values[name] = found
-        values[f"{name}_x_similarity"] = found * similarity
-    return values
-
-
-def _clipped(logit: float) -> float:
-    return max(-cross_encoder.BOUND, min(cross_encoder.BOUND, logit))
-
-
-def _within(short: Sequence[str], long: Sequence[str]) -> bool:
-    """Whether `short` is `long` with words left out (a subsequence, in order)."""
-    rest = iter(long)
-    return len(short) < len(long) and all(w in rest for w in short)
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the rules found of a pair: the certain rule that rejects it (if any), and
-    the grey rules' findings."""
-
-    a: Features
-    b: Features
-    certain: Verdict | None
-    grey: tuple[Verdict, ...]
-
-
-class Guard:
-    """`check(cached, query, similarity)` -> Verdict. Rules can be switched off by name.
-    A check the verifier decides may run the cross-encoder (15-19 ms on one thread, on its
-    worker): call it off the event loop. Without a `cross`, the shipped cross-encoder is
-    loaded on first use (or by `load`)."""
-
-    RULES = tuple(REGISTRY)  # the rules' names, in the order they run
-
-    def __init__(
-        self,
-        rules: tuple[str, ...] = RULES,
-        verifier: Verifier = VERIFIERS["english"],
-        cross: cross_encoder.CrossEncoder | None = None,
-    ) -> None:
-        unknown = set(rules) - set(self.RULES)
-        if unknown:
-            raise ValueError(f"unknown guard rules {sorted(unknown)}; known: {self.RULES}")
-        self.rules = rules
-        self.verifier = verifier
-        self._reads_cross = CROSS in verifier.features
-        self._cross = cross
-        chosen = [REGISTRY[name] for name in rules]
-        self._certain = tuple(r.check for r in chosen if r.certain)
-        self._grey = tuple(r.check for r in chosen if not r.certain)
-
-    @property
-    def cross(self) -> cross_encoder.CrossEncoder:
-        if self._cross is None:
-            self._cross = cross_encoder.shared()
-        return self._cross
-
-    def load(self) -> None:
-        """Loads the cross-encoder now if the verifier reads it (a second or so), so the
-        first check does not, inside some lookup's time budget."""
-        if self._reads_cross and self._cross is None:
-            self._cross = cross_encoder.shared()
-
-    def evidence(self, cached: str, query: str) -> Evidence:
-        a, b = features(cached), features(query)
-        for check in self._certain:
-            verdict = check(a, b)
-            if verdict is not None:
-                return Evidence(a, b, verdict, ())
-        found = (check(a, b) for check in self._grey)
-        return Evidence(a, b, None, tuple(v for v in found if v is not None))
-
-    def check(self, cached: str, query: str, similarity: float | None = None) -> Verdict:
-        """The verdict on serving `cached`'s answer to `query`. With their embeddings'
-        `similarity`, the verifier decides what the certain rules pass; without, the
-        grey rules reject on their own too."""
-        if cached == query:
-            return PASS
-        evidence = self.evidence(cached, query)
-        if evidence.certain is not None:
-            return evidence.certain
-        if similarity is None:
-            return evidence.grey[0] if evidence.grey else PASS
-        grey = {v.rule for v in evidence.grey if v.rule}
-        values = pair_features(evidence.a, evidence.b, similarity, grey, 0.0)
-        # The cross-encoder runs only when its logit can change the answer: about half of
-        # the pairs a verifier decides are settled by the other features whatever it says.
-        bound = cross_encoder.BOUND
-        settled = None
-        if self._reads_cross:
-            settled = self.verifier.settled(values, CROSS, -bound, bound)
-            if settled is None:
-                values[CROSS] = _clipped(self.cross.score(cached, query))
-        if settled is None:
-            probability = self.verifier.probability(values)
-            settled = probability >= self.verifier.cut
-            why = f"probability {probability:.2f} < {self.verifier.cut:.2f} at similarity "
-            why += f"{similarity:.3f}" + (
-                f", cross-encoder {values[CROSS]:+.1f}" if self._reads_cross else ""
-            )
-        else:
-            why = f"probability < {self.verifier.cut:.2f} at similarity {similarity:.3f}"
-            why += " whatever the cross-encoder says"
-        if settled:
-            return PASS
-        found = "; ".join(f"{v.rule}: {v.detail}" for v in evidence.grey)
-        return Verdict(False, VERIFIER, why + (f" ({found})" if found else ""))

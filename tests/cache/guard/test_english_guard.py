@@ -10,10 +10,12 @@ import pytest
 
 from bench.calibrate import calibrate, load_pairs
 from cache import DEFAULT_THRESHOLD, Embedder, Guard, SemanticCache
-from cache.guard import GREY_RULES, VERIFIER, pair_features
+from cache.guard.pair_features import pair_features
+from cache.guard.rules import GREY_RULES
+from cache.guard.verdict import VERIFIER
 from tests.cache.fixtures import Run
 
-DATA = Path(__file__).parents[2] / "data"
+DATA = Path(__file__).parents[3] / "data"
 
 NEAR_MISSES = [
     ("Convert 100 °F to Celsius", "Convert 100 °C to Fahrenheit", {"units", "order"}),

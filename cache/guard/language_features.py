@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib.resources import files
 
-_LISTS = json.loads(files("cache").joinpath("language_words.json").read_text(encoding="utf-8"))
+_LISTS = json.loads(
+    files("cache.guard").joinpath("language_words.json").read_text(encoding="utf-8")
+)
 NEGATIONS: dict[str, frozenset[str]] = {
     lang: frozenset(words) for lang, words in _LISTS["negations"]["by_language"].items()
 }
@@ -128,7 +130,7 @@ def _quoted(text: str) -> frozenset[str]:
 def _names(text: str, language: str) -> frozenset[str]:
     """Capitalised words that do not start a sentence (not in German, which capitalises
     every noun), and Latin-script words in a text written in another script."""
-    names = set()
+    names: set[str] = set()
     if _NON_LATIN_LETTER.search(text) and language not in {"ru"}:
         names.update(w.casefold() for w in _LATIN.findall(text))
     if language != "de":

@@ -22,6 +22,7 @@ import json
 from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
+from typing import cast
 
 import tokenizers
 import torch
@@ -31,7 +32,7 @@ from safetensors.torch import load_file
 from cache.embedder import resolve_embedder_path
 
 BASE = "all-minilm-l6-v2"
-WEIGHTS = Path(str(files("cache").joinpath("cross_encoder.safetensors")))
+WEIGHTS = Path(str(files("cache.guard").joinpath("cross_encoder.safetensors")))
 # The linear layers of each BERT layer that get a low-rank change.
 ADAPTED = (
     "attention.self.query",
@@ -69,9 +70,10 @@ def load_base() -> tuple[torch.nn.Module, tokenizers.Tokenizer]:
 def adapted_linears(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
     """The linear layers LoRA changes, by their names in the adapter file (their paths
     under `model.encoder`)."""
+    layers = model.get_submodule("encoder.layer").children()
     return {
-        f"layer.{i}.{name}": layer.get_submodule(name)
-        for i, layer in enumerate(model.encoder.layer)
+        f"layer.{i}.{name}": cast(torch.nn.Linear, layer.get_submodule(name))
+        for i, layer in enumerate(layers)
         for name in ADAPTED
     }
 
@@ -127,10 +129,9 @@ class CrossEncoder:
             for name, linear in adapted_linears(self.model).items():
                 # LoRA's change, W + scale * B A, folded into the layer once.
                 linear.weight += scale * f.get_tensor(f"{name}.b") @ f.get_tensor(f"{name}.a")
-            self.head = torch.nn.Linear(self.model.config.hidden_size, 1)
-            self.head.load_state_dict(
-                {"weight": f.get_tensor("head.weight"), "bias": f.get_tensor("head.bias")}
-            )
+            weight, bias = f.get_tensor("head.weight"), f.get_tensor("head.bias")
+            self.head = torch.nn.Linear(weight.shape[1], 1)  # one logit from a pooled state
+            self.head.load_state_dict({"weight": weight, "bias": bias})
         self.fitted_on: list[str] = [name for name, _, _ in json.loads(meta.get("files", "[]"))]
         self._worker = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="cross-encoder", initializer=_one_thread

@@ -1,11 +1,15 @@
-"""The cues that tell what kind of answer a question asks for: (question type, regex over
-the lower-cased words). The earliest cue in a clause wins, ties go to the first listed;
-"what"/"which" count only when no other cue is present. The words the regexes name as
-alternatives (units, nouns) are lists in `guard_words.json`."""
+"""The kind of answer a question asks for (`question_type`), from cues: (question type,
+regex over the lower-cased words). The earliest cue in a clause wins, ties go to the
+first listed; "what"/"which" count only when no other cue is present. The words the
+regexes name as alternatives (units, nouns) are lists in `guard_words.json`."""
 
 from __future__ import annotations
 
-from cache import lexicon
+import itertools
+import re
+
+from cache.guard import lexicon
+from cache.guard.words import strip_possessive, tokenize
 
 _TIME_UNITS = "|".join(lexicon.ASKED_TIME_UNITS)
 _LENGTH_UNITS = "|".join(lexicon.ASKED_LENGTH_UNITS)
@@ -90,3 +94,50 @@ QUESTION_TYPES: list[tuple[str, str]] = [
     ("how", r"\bhow\b"),
     ("what", r"\b(what|which|what's)\b"),
 ]
+
+# Where a clause ends: punctuation before a space or the end, or a free-standing dash.
+_CLAUSE = re.compile(r"[,;:.!?()]+(?:\s|$)|\s[-\u2013\u2014]+\s")
+# Words after which a question word still opens a question ("at what age", "do you know
+# when"), as offsets just past them in a clause's joined words.
+_CUE_OPENERS = r"\b(?:" + "|".join(sorted(lexicon.CUE_OPENERS)) + r") "
+
+
+def question_type(text: str, text_words: list[str]) -> str:
+    """The type whose cue comes first ("when did the man who..." is a when-question). A cue
+    counts where it opens a clause, or follows a preposition or a verb of asking ("at what
+    age", "do you know when"); elsewhere "when", "where" and "whose" join a clause to a
+    noun or verb ("stays visible when I scroll", "a circle whose radius is 5"). With no
+    cue, `text_words` (the whole text's) may still ask yes or no."""
+    for clause in _CLAUSE.split(text):
+        words = [strip_possessive(lower) for _, lower in tokenize(clause)]
+        joined = " ".join(words)
+        opens = {0} | {m.end() for m in re.finditer(_CUE_OPENERS, joined)}
+        best, best_at = "other", len(joined) + 1
+        for qtype, pattern in QUESTION_TYPES:
+            for match in re.finditer(pattern, joined):
+                if match.start() in opens and match.start() < best_at:
+                    best, best_at = qtype, match.start()
+                    break
+        if best == "other":
+            continue
+        if best in {"count", "amount"} and lexicon.PRICE_WORDS & set(words):
+            return "price"
+        return best
+    return _yes_or_no(text_words) or "other"
+
+
+def _yes_or_no(text_words: list[str]) -> str | None:
+    """A question with no question word that opens with an auxiliary asks yes or no, a
+    different answer from how much or when: "whether" a fact holds ("does the app support
+    dark mode", which "how do I turn on dark mode" is not), else "yes/no" ("can I cancel
+    online", near enough to "how can I cancel online"). Not requests ("can you check my
+    order"), questions whether a thing exists ("is there a limit": the limit) nor
+    questions between alternatives ("is it the landlord's job or mine")."""
+    words = list(itertools.dropwhile(lambda w: w in lexicon.GREETINGS, text_words))
+    if len(words) < 2 or words[0] not in lexicon.POLAR_AUXILIARIES:
+        return None
+    if (words[0] in lexicon.REQUEST_AUXILIARIES and words[1] == "you") or words[1] == "there":
+        return None
+    if any(w == "or" and nxt != "not" for w, nxt in itertools.pairwise([*words, ""])):
+        return None
+    return "whether" if words[0] in lexicon.DO_AUXILIARIES else "yes/no"

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import itertools
 
-from cache import lexicon
-from cache.guard_features import Features, is_negation, stem
+from cache.guard import lexicon
+from cache.guard.features import Features
+from cache.guard.words import is_negation, stem
 
 
 def _stem_map(pairs: list[tuple[str, str]]) -> dict[str, set[str]]:

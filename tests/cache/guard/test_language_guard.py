@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from cache import LanguageGuard, MultilingualEmbedder
-from cache import language_features as features_module
-from cache.language_features import language_features
+from cache.guard import language_features as features_module
+from cache.guard.language_features import language_features
 
 WORDS = Path(features_module.__file__).with_name("language_words.json")
 

@@ -19,16 +19,16 @@ has no semantic tier.
 
 from __future__ import annotations
 
-from cache.guard import PASS, Verdict
-from cache.language import language
-from cache.language_features import (
+from cache.guard.language_features import (
     DAYS,
     OPPOSITES,
     UNSPACED,
     LanguageFeatures,
     language_features,
 )
-from cache.verifier import VERIFIERS, Verifier, overlap_features
+from cache.guard.verdict import PASS, VERIFIER, Verdict, fmt
+from cache.guard.verifier import VERIFIERS, Verifier, overlap_features
+from cache.language import language
 
 
 def certain(a: LanguageFeatures, b: LanguageFeatures) -> Verdict | None:
@@ -36,7 +36,7 @@ def certain(a: LanguageFeatures, b: LanguageFeatures) -> Verdict | None:
     if a.language != b.language:
         return Verdict(False, "language", f"{a.language} vs {b.language}")
     if a.numbers != b.numbers:
-        return Verdict(False, "numbers", f"{_fmt(a.numbers)} vs {_fmt(b.numbers)}")
+        return Verdict(False, "numbers", f"{fmt(a.numbers)} vs {fmt(b.numbers)}")
     units = {n for n in a.measured.keys() & b.measured.keys() if a.measured[n] != b.measured[n]}
     if units:
         n = min(units)
@@ -44,11 +44,11 @@ def certain(a: LanguageFeatures, b: LanguageFeatures) -> Verdict | None:
     if a.days and b.days and a.days != b.days:
         return Verdict(False, "days", f"{_day_names(a)} vs {_day_names(b)}")
     if a.quoted and b.quoted and a.quoted != b.quoted:
-        return Verdict(False, "literal", f"quoted {_fmt(a.quoted)} vs {_fmt(b.quoted)}")
+        return Verdict(False, "literal", f"quoted {fmt(a.quoted)} vs {fmt(b.quoted)}")
     only_a = {n for n in a.names if not b.mentions(n)}
     only_b = {n for n in b.names if not a.mentions(n)}
     if only_a and only_b:
-        return Verdict(False, "entities", f"{_fmt(only_a)} vs {_fmt(only_b)}")
+        return Verdict(False, "entities", f"{fmt(only_a)} vs {fmt(only_b)}")
     if a.negations % 2 != b.negations % 2:
         return Verdict(False, "negation", "one question is negated, the other is not")
     flipped = min(((i, side) for i, side in a.opposites if (i, 1 - side) in b.opposites),
@@ -86,13 +86,6 @@ def _day_names(f: LanguageFeatures) -> str:
 def _first(listed: tuple[str, ...]) -> str:
     """The first way a word list writes a word (a trailing "$", whole word, left off)."""
     return listed[0].rstrip("$")
-
-
-def _fmt(values: object) -> str:
-    if isinstance(values, tuple | list | set | frozenset):
-        items = sorted(values) if isinstance(values, set | frozenset) else list(values)
-        return "{" + ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in items) + "}"
-    return str(values)
 
 
 class LanguageGuard:
@@ -135,7 +128,7 @@ class LanguageGuard:
             return PASS
         return Verdict(
             False,
-            "verifier",
+            VERIFIER,
             f"probability {probability:.2f} < {self.verifier.cut:.2f} at similarity "
             f"{similarity:.3f}",
         )
