@@ -52,9 +52,10 @@ from bench.report import (
     write_report,
 )
 from bench.sharegpt import sample_requests, token_stream
-from engine.config import DEFAULT_MODEL, EngineConfig
+from engine.config import EngineConfig
 from engine.llm import LLM
 from engine.metrics import RequestMetrics
+from engine.options import DEFAULT_MODEL
 
 DEFAULT_OUT = Path("bench-results/engine.json")
 T = TypeVar("T")
@@ -471,7 +472,7 @@ def _run_all(model: str, sizes: Sizes, progress: Progress) -> tuple[dict[str, An
     loading = progress.add_task("loading engines, transformers and ShareGPT", total=None)
     # Prefix caching off for 1-3: repeated prompts must not get cache hits HF cannot have.
     load_started = time.perf_counter()
-    llm = LLM(EngineConfig(model, enable_prefix_caching=False))
+    llm = LLM(EngineConfig(model, prefix_caching=False))
     ours_load_s = time.perf_counter() - load_started
     tok = llm.tokenizer
     sampled = sample_requests(tok, sizes.num_requests, sizes.max_prompt_len, sizes.max_output_len)
@@ -492,7 +493,7 @@ def _run_all(model: str, sizes: Sizes, progress: Progress) -> tuple[dict[str, An
     results["throughput"], g2 = bench_throughput(llm, hf, requests, sizes, progress)
     del hf
 
-    unchunked = LLM(EngineConfig(model, enable_chunked_prefill=False, enable_prefix_caching=False))
+    unchunked = LLM(EngineConfig(model, chunked_prefill=False, prefix_caching=False))
     warm_up(unchunked)
     streams = [p for p, _ in requests[: sizes.num_streams]]
     long_prompt = text[: sizes.long_prompt_len]

@@ -32,7 +32,7 @@ from rich.table import Table
 
 from bench.probe import probed
 from bench.report import median, write_report
-from engine.config import DEFAULT_MODEL
+from engine.options import DEFAULT_MODEL
 from gateway.serve_process import ServeProcess, serving
 
 console = Console(stderr=True)

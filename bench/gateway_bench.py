@@ -42,7 +42,7 @@ from rich.table import Table
 
 from bench.report import met_cell, progress, summary_ms, write_report
 from cache.policy import normalize_prompt
-from engine.config import DEFAULT_MODEL
+from engine.options import DEFAULT_MODEL
 from gateway import server_timing
 from gateway.serve_process import ServeProcess
 

@@ -29,8 +29,9 @@ from typing import Any
 from rich.console import Console
 
 import engine.core_process as core_process
-from engine.config import DEFAULT_MODEL, EngineConfig
+from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
+from engine.options import DEFAULT_MODEL
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 

@@ -39,10 +39,11 @@ from bench.engine_bench import Goal
 from bench.greedy import greedy
 from bench.report import met_cell, progress, write_report
 from bench.sharegpt import first_exchange, iter_conversations
-from engine.config import DEFAULT_MODEL, EngineConfig, resolve_model_path
+from engine.config import EngineConfig, resolve_model_path
 from engine.input_batch import BatchRow, InputBatch
 from engine.llm import LLM
 from engine.loader import load_tokenizer
+from engine.options import DEFAULT_MODEL
 from engine.tokenizer import Tokenizer
 
 DEFAULT_OUT = Path("bench-results/quality.json")
@@ -133,7 +134,7 @@ def score_mode(
 ) -> tuple[dict[str, Any], list[list[int]]]:
     """One mode's perplexity over items, and its greedy tokens after each prompt."""
     started = time.perf_counter()
-    llm = LLM(EngineConfig(model, **MODES[mode], enable_prefix_caching=False))
+    llm = LLM(EngineConfig(model, **MODES[mode], prefix_caching=False))
     task = prog.add_task(f"{mode}: perplexity, then greedy", total=len(items) + 1)
     nll = 0.0
     for prompt_ids, answer_ids in items:

@@ -53,8 +53,9 @@ from bench.report import (
     write_report,
 )
 from bench.sharegpt import sample_requests
-from engine.config import DEFAULT_MODEL, EngineConfig
+from engine.config import EngineConfig
 from engine.llm import LLM
+from engine.options import DEFAULT_MODEL
 
 DEFAULT_OUT = Path("bench-results/quant.json")
 MODES: dict[str, str | None] = {"float32": None, "int8": "int8", "int4": "int4"}
@@ -167,7 +168,7 @@ def _llama_server(
 def _run_all(model: str, sizes: Sizes, binary: Path | None, bar: Progress) -> dict[str, Any]:
     loading = bar.add_task("loading engines, llama-server and ShareGPT", total=None)
     llms = {
-        mode: LLM(EngineConfig(model, quantization=q, enable_prefix_caching=False))
+        mode: LLM(EngineConfig(model, quantization=q, prefix_caching=False))
         for mode, q in MODES.items()
     }
     for llm in llms.values():

@@ -9,9 +9,10 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from cli.serve_command import QUANTIZATION_CHOICES
+from cli.engine_flags import add_engine_flags
 
 console = Console(stderr=True)
+ENGINE_FLAGS = ("model", "max_model_len", "quantization")  # the engine flags chat takes
 
 REPL_HELP = (
     "/reset forgets the conversation, /help shows this, /quit (or an empty line, Ctrl-D) ends"
@@ -21,9 +22,8 @@ REPL_HELP = (
 def _engine_config(args: argparse.Namespace) -> Any:
     from engine import EngineConfig
 
-    return EngineConfig(
-        model=args.model, max_model_len=args.max_model_len, quantization=args.quantization
-    )
+    given = {name: getattr(args, name) for name in ENGINE_FLAGS}
+    return EngineConfig(**{name: value for name, value in given.items() if value is not None})
 
 
 def _stream_answer(llm: Any, messages: list[dict[str, str]], params: Any) -> str:
@@ -46,8 +46,9 @@ def _stream_answer(llm: Any, messages: list[dict[str, str]], params: Any) -> str
 def cmd_chat(args: argparse.Namespace) -> int:
     from engine import LLM, SamplingParams
 
-    with console.status(f"loading {args.model} ..."):
-        llm = LLM(_engine_config(args))
+    config = _engine_config(args)
+    with console.status(f"loading {config.model} ..."):
+        llm = LLM(config)
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
     )
@@ -89,15 +90,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def add_chat_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     chat = sub.add_parser("chat", help="chat with the model in the terminal")
     chat.add_argument("prompt", nargs="*", help="one prompt to answer; none opens a REPL")
-    chat.add_argument(
-        "--model", default="smollm2-135m-instruct", help="bundled name, .gguf file or HF dir"
-    )
-    chat.add_argument(
-        "--max-model-len", type=int, default=None, help="context length (default: the model's)"
-    )
-    chat.add_argument(
-        "--quantization", choices=QUANTIZATION_CHOICES, default="auto", help="weights on CPU"
-    )
+    add_engine_flags(chat, ENGINE_FLAGS)
     chat.add_argument("--system", default=None, help="system prompt")
     chat.add_argument("--max-tokens", type=int, default=512, help="longest answer, in tokens")
     chat.add_argument("--temperature", type=float, default=0.7, help="0: greedy")

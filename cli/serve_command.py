@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cli.parser import fraction
+from cli.engine_flags import add_engine_flags
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -35,8 +35,6 @@ def _settings(args: argparse.Namespace) -> Settings:
         model_aliases=aliases,
         api_keys=parse_pairs(args.api_key_pairs, "--api-keys") if args.api_key_pairs else None,
         cache=False if args.no_cache else None,
-        chunked_prefill=False if args.no_chunked_prefill else None,
-        prefix_caching=False if args.no_prefix_caching else None,
     )
 
 
@@ -93,11 +91,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-# engine.config's QUANTIZATION_CHOICES, KV_CACHE_DTYPE_CHOICES and BACKEND_CHOICES, spelled
-# here so that --help imports no torch (tests/gateway/test_settings.py holds them equal).
-QUANTIZATION_CHOICES = ("auto", "none", "int8", "int4")
-KV_CACHE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
-ATTENTION_BACKEND_CHOICES = ("auto", "flash", "cpu", "torch", "flash_reference")
 ROUTING_POLICIES = ("round_robin", "least_load", "prefix")  # gateway/upstream/routing.py's
 
 
@@ -110,109 +103,7 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--config", type=Path, default=None, help="TOML settings file")
     serve.add_argument("--host", default=None, help="(default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="(default: 8000)")
-    serve.add_argument(
-        "--model",
-        default=None,
-        help="bundled name, .gguf file or HF dir (default: smollm2-135m-instruct)",
-    )
-    serve.add_argument(
-        "--max-model-len", type=int, default=None, help="context length (default: the model's)"
-    )
-    serve.add_argument(
-        "--max-num-seqs", type=int, default=None, help="engine batch size (default: 64)"
-    )
-    serve.add_argument(
-        "--num-threads", type=int, default=None, help="engine CPU threads (default: all cores)"
-    )
-    serve.add_argument(
-        "--quantization",
-        choices=QUANTIZATION_CHOICES,
-        default=None,
-        help="engine weights (default: auto, which is int4 on CPU and none on CUDA)",
-    )
-    serve.add_argument(
-        "--kv-cache-dtype",
-        choices=KV_CACHE_DTYPE_CHOICES,
-        default=None,
-        help="what the KV cache stores (default: auto, the model's dtype; bfloat16 halves "
-        "its bytes)",
-    )
-    serve.add_argument(
-        "--attention-backend",
-        choices=ATTENTION_BACKEND_CHOICES,
-        default=None,
-        help="(default: auto, flash-attn-4 on an NVIDIA GPU, semgate's kernel on a CPU, else "
-        "SDPA (torch)); flash_reference is flash's contract in plain torch, for tests",
-    )
-    serve.add_argument(
-        "--block-size",
-        type=int,
-        default=None,
-        help="tokens a KV block holds (default: the attention backend's, 128 flash, 16 others)",
-    )
-    serve.add_argument(
-        "--enforce-eager",
-        action="store_true",
-        default=None,
-        help="no CUDA graphs: decode steps run eagerly (the default on CPU)",
-    )
-    serve.add_argument(
-        "--kv-cache-memory",
-        type=int,
-        default=None,
-        help="bytes of KV cache (default: a share of the free memory, below)",
-    )
-    serve.add_argument(
-        "--kv-cache-memory-fraction",
-        type=fraction,
-        default=None,
-        help="share of the available RAM for the KV cache on CPU (default: 0.1)",
-    )
-    serve.add_argument(
-        "--gpu-memory-utilization",
-        type=fraction,
-        default=None,
-        help="share of the GPU's memory the engine may use, KV cache included (default: 0.9)",
-    )
-    serve.add_argument(
-        "--max-num-batched-tokens",
-        type=int,
-        default=None,
-        help="token budget of one step (default: 64, or max-num-seqs if larger)",
-    )
-    serve.add_argument(
-        "--no-chunked-prefill", action="store_true", help="prefill each prompt in one step"
-    )
-    serve.add_argument(
-        "--no-prefix-caching", action="store_true", help="no KV reuse across requests"
-    )
-    serve.add_argument(
-        "--spec-method",
-        choices=("ngram", "draft"),
-        default=None,
-        help="speculative decoding (default: off)",
-    )
-    serve.add_argument(
-        "--num-spec-tokens", type=int, default=None, help="tokens proposed a step (default: 8)"
-    )
-    serve.add_argument(
-        "--spec-draft-model",
-        default=None,
-        help="draft model for --spec-method draft (default: the target's own first layers)",
-    )
-    serve.add_argument(
-        "--max-waiting",
-        type=int,
-        default=None,
-        help="places in the engine's queue beyond its running slots; past them 429 (default: 256)",
-    )
-    serve.add_argument(
-        "--hang-timeout",
-        type=float,
-        default=None,
-        help="seconds the engine core may make no progress with requests pending before "
-        "it is restarted (default: 10.0)",
-    )
+    add_engine_flags(serve)
     serve.add_argument(
         "--shutdown-grace",
         type=float,

@@ -79,7 +79,7 @@ class LLMEngine:
         self.block_size = config.block_size or attention.preferred_block_size
         # Without chunking a prompt must fit one step, so the budget covers the longest.
         budget = config.max_num_batched_tokens
-        if not config.enable_chunked_prefill:
+        if not config.chunked_prefill:
             budget = max(budget, self.max_model_len)
         # Before anything else takes memory: on CUDA it measures what the weights and a
         # forward of one step's budget leave free.
@@ -93,12 +93,12 @@ class LLMEngine:
                 "or give the cache more memory (kv_cache_memory, kv_cache_memory_fraction, "
                 "gpu_memory_utilization)"
             )
-        self.block_manager = BlockManager(num_blocks, self.block_size, config.enable_prefix_caching)
+        self.block_manager = BlockManager(num_blocks, self.block_size, config.prefix_caching)
         self.scheduler = Scheduler(
             self.block_manager,
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=budget,
-            enable_chunked_prefill=config.enable_chunked_prefill,
+            enable_chunked_prefill=config.chunked_prefill,
             eos_token_ids=self.tokenizer.eos_token_ids,
             max_model_len=self.max_model_len,
         )

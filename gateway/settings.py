@@ -1,9 +1,10 @@
 """Gateway settings: defaults, then a TOML config file, then SEMGATE_* environment
 variables, then command-line flags (each overrides the one before).
 
-The in-process engine's settings are one section, `Settings.engine` (the config file's
-`[engine]` table); flags, SEMGATE_* variables and the config file's top level name them
-flat, as they name the others (`--max-num-seqs`, SEMGATE_MAX_NUM_SEQS, `max_num_seqs`).
+The in-process engine's settings are one section, `Settings.engine`
+(gateway/engine_settings.py; the config file's `[engine]` table); flags, SEMGATE_*
+variables and the config file's top level name them flat, as they name the others
+(`--max-num-seqs`, SEMGATE_MAX_NUM_SEQS, `max_num_seqs`).
 
 API keys map to tenants: `[keys]` in the config file (`"sk-..." = "tenant"`) or
 SEMGATE_API_KEYS="sk-a:tenant-a,sk-b:tenant-b". No keys: chat is open and every
@@ -16,21 +17,13 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from cache import DEFAULT_THRESHOLD, Thresholds
 from cache.store import check_ttl
-from engine.config import (
-    BACKEND_CHOICES,
-    DEFAULT_MODEL,
-    DEFAULT_NUM_SPEC_TOKENS,
-    KV_CACHE_DTYPE_CHOICES,
-    QUANTIZATION_CHOICES,
-    EngineConfig,
-    check_choice,
-)
+from gateway.engine_settings import EngineSettings
 from gateway.group_settings import (
     GROUP_SETTINGS,
     GroupSettings,
@@ -52,60 +45,6 @@ RATE_UNITS = ("second", "minute", "hour", "day")
 def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "semgate" / "redis"
-
-
-@dataclass
-class EngineSettings:
-    """The in-process engine (unused when upstreams are given, unless `local_engine`)."""
-
-    model: str = DEFAULT_MODEL
-    max_model_len: int | None = None
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int | None = None  # token budget of one step (engine's default)
-    chunked_prefill: bool = True
-    prefix_caching: bool = True
-    spec_method: str | None = None  # None | "ngram" | "draft"
-    num_spec_tokens: int = DEFAULT_NUM_SPEC_TOKENS
-    spec_draft_model: str | None = None  # "draft" without one: the target's own first layers
-    num_threads: int | None = None
-    quantization: str = "auto"  # "auto" (int4 on CPU) | "none" | "int8" | "int4"
-    kv_cache_dtype: str = "auto"  # "auto" (the model's dtype) | "float32" | "bfloat16" | ...
-    # "auto" (flash-attn-4 on an NVIDIA GPU, semgate's kernel on a CPU, else SDPA) |
-    # "flash" | "cpu" | "torch" (engine/attention_backends.py)
-    attention_backend: str = "auto"
-    block_size: int | None = None  # tokens a KV block holds (default: the backend's)
-    enforce_eager: bool | None = None  # no CUDA graphs (default: graphs on CUDA only)
-    # KV cache: explicit bytes, else a share of the available RAM (CPU) or of the GPU.
-    kv_cache_memory: int | None = None
-    kv_cache_memory_fraction: float = 0.1
-    gpu_memory_utilization: float = 0.9
-    # Requests admitted beyond the running slots; past it, 429 with Retry-After.
-    max_waiting: int = 256
-    # Seconds the engine's core may show no progress while it holds requests before it
-    # counts as hung and is restarted (gateway/upstream/core_supervisor.py).
-    hang_timeout: float = 10.0
-
-    def __post_init__(self) -> None:
-        if self.max_num_seqs < 1:
-            raise ValueError("max_num_seqs must be >= 1")
-        if self.max_waiting < 0:
-            raise ValueError("max_waiting must be >= 0")
-        if self.hang_timeout <= 0:
-            raise ValueError("hang_timeout must be > 0")
-        check_choice("quantization", self.quantization, QUANTIZATION_CHOICES)
-        check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPE_CHOICES)
-        check_choice("attention_backend", self.attention_backend, BACKEND_CHOICES)
-
-    def config(self) -> EngineConfig:
-        """The engine's configuration (which resolves the model and checks the rest)."""
-        values = asdict(self)
-        # The gateway's admission limit and supervision, not the engine's.
-        del values["max_waiting"], values["hang_timeout"]
-        return EngineConfig(
-            enable_chunked_prefill=values.pop("chunked_prefill"),
-            enable_prefix_caching=values.pop("prefix_caching"),
-            **values,
-        )
 
 
 @dataclass
@@ -313,6 +252,11 @@ def parse_pairs(text: str, what: str) -> dict[str, str]:
     return pairs
 
 
+def env_variable(name: str) -> str:
+    """The environment variable of the setting `name` (its flat name)."""
+    return f"SEMGATE_{name.upper()}"
+
+
 def _env_value(name: str, kind: Any, raw: str) -> Any:
     """SEMGATE_<NAME>'s text as the setting's type (bool, str, int, float or Path)."""
     if kind is bool:
@@ -320,7 +264,7 @@ def _env_value(name: str, kind: Any, raw: str) -> Any:
     try:
         return kind(raw)
     except ValueError as exc:
-        raise ValueError(f"SEMGATE_{name.upper()}={raw!r}: {exc}") from exc
+        raise ValueError(f"{env_variable(name)}={raw!r}: {exc}") from exc
 
 
 def _from_env(env: Any) -> dict[str, Any]:
@@ -333,7 +277,7 @@ def _from_env(env: Any) -> dict[str, Any]:
         if get_origin(hint) in (list, dict):
             continue  # spelled below
         kinds = [k for k in get_args(hint) or (hint,) if k is not type(None)]
-        raw = env.get(f"SEMGATE_{name.upper()}")
+        raw = env.get(env_variable(name))
         if raw and len(kinds) == 1 and kinds[0] in (bool, str, int, float, Path):
             out[name] = _env_value(name, kinds[0], raw)
     if env.get("SEMGATE_UPSTREAMS"):

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from cli.main import build_parser
-from gateway.settings import EngineSettings, Settings
+from gateway.engine_settings import EngineSettings
+from gateway.settings import Settings
 from tests.engine.prompts import CAPITAL_QUESTION
 
 

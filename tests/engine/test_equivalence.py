@@ -26,13 +26,13 @@ def test_alone_equals_inside_a_mixed_batch_of_16(llm, alone):
 
 def test_chunked_prefill_on_and_off(make_llm, alone):
     for chunked in (True, False):
-        llm = make_llm(enable_chunked_prefill=chunked, max_num_batched_tokens=24, max_num_seqs=16)
+        llm = make_llm(chunked_prefill=chunked, max_num_batched_tokens=24, max_num_seqs=16)
         outputs = llm.generate(PROMPTS, GREEDY_32)
         assert [o.token_ids for o in outputs] == alone
 
 
 def test_long_prompt_is_split_across_steps(make_llm):
-    llm = make_llm(enable_chunked_prefill=True, max_num_batched_tokens=24, max_num_seqs=16)
+    llm = make_llm(chunked_prefill=True, max_num_batched_tokens=24, max_num_seqs=16)
     llm.add_request(PROMPTS[-1] * 3, SamplingParams(max_tokens=2, temperature=0.0))
     steps = 0
     outputs = []
@@ -48,7 +48,7 @@ def test_long_prompt_is_split_across_steps(make_llm):
 
 
 def test_prefix_caching_on_and_off(make_llm, alone):
-    no_cache = make_llm(enable_prefix_caching=False)
+    no_cache = make_llm(prefix_caching=False)
     assert [o.token_ids for o in no_cache.generate(PROMPTS, GREEDY_32)] == alone
     # An emptied cache: the first request has nothing cached, the repeat hits.
     cached = make_llm()
@@ -67,7 +67,7 @@ def test_prefix_caching_on_and_off(make_llm, alone):
 def test_shared_long_prefix_reuses_blocks_and_keeps_output(make_llm):
     llm = make_llm()
     assert llm.reset_prefix_cache()
-    reference = make_llm(enable_prefix_caching=False)
+    reference = make_llm(prefix_caching=False)
     shared = "You are a careful assistant. " * 40
     prompts = [shared + "Question: what is 2 + 2?", shared + "Question: name a planet."]
     first, second = (llm.generate(p, GREEDY_32)[0] for p in prompts)

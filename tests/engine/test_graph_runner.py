@@ -110,7 +110,7 @@ def test_padded_steps_generate_what_eager_steps_do(make_llm, backend):
 @needs_kernels
 def test_padded_speculation_is_lossless(make_llm):
     prompts = PROMPTS[4:8]
-    reference = make_llm(enable_prefix_caching=False).generate(prompts, GREEDY_32)
+    reference = make_llm(prefix_caching=False).generate(prompts, GREEDY_32)
     llm: LLM = make_llm(spec_method="ngram", num_spec_tokens=5, enforce_eager=False)
     outputs = llm.generate(prompts, GREEDY_32)
     assert [o.token_ids for o in outputs] == [o.token_ids for o in reference]

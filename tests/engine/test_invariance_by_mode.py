@@ -34,12 +34,12 @@ def mode(request) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def alone(make_llm, mode) -> list[list[int]]:
-    llm = make_llm(**mode, enable_prefix_caching=False)
+    llm = make_llm(**mode, prefix_caching=False)
     return [llm.generate(p, GREEDY_32)[0].token_ids for p in BATCH]
 
 
 def test_batched_and_chunked_equal_alone(make_llm, mode, alone):
-    llm = make_llm(**mode, enable_prefix_caching=False)
+    llm = make_llm(**mode, prefix_caching=False)
     assert [o.token_ids for o in llm.generate(BATCH, GREEDY_32)] == alone
     chunked = make_llm(**mode, max_num_batched_tokens=24, max_num_seqs=16)
     assert [o.token_ids for o in chunked.generate(BATCH, GREEDY_32)] == alone
@@ -54,7 +54,7 @@ def test_a_prefix_cache_hit_keeps_the_output(make_llm, mode, alone):
 
 
 def test_speculation_is_lossless(make_llm, mode):
-    reference = make_llm(**mode, enable_prefix_caching=False).generate(MIXED, GREEDY)
+    reference = make_llm(**mode, prefix_caching=False).generate(MIXED, GREEDY)
     spec = make_llm(**mode, spec_method="ngram", num_spec_tokens=5)
     assert [o.token_ids for o in spec.generate(MIXED, GREEDY)] == [o.token_ids for o in reference]
     assert spec.engine.stats.spec_accepted_tokens > 0

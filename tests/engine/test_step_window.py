@@ -39,7 +39,7 @@ def test_steps_leave_the_window_when_it_has_passed():
 
 
 def test_engine_counts_each_prompt_chunk_and_each_decode(make_llm):
-    llm = make_llm(enable_chunked_prefill=True, max_num_batched_tokens=24, max_num_seqs=16)
+    llm = make_llm(chunked_prefill=True, max_num_batched_tokens=24, max_num_seqs=16)
     llm.engine.step_window = StepWindow()  # only this test's steps
     prompt = f"Request {uuid.uuid4()}: tell me about the sea, the sky and the mountains."
     num_prompt = len(llm.tokenizer.encode(prompt))  # unique text: no prefix-cache hit

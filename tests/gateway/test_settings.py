@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cli import serve_command
-from engine import config
-from gateway.settings import EngineSettings, Settings
+from gateway.engine_settings import EngineSettings
+from gateway.settings import Settings
 
 
 def test_quantization_comes_from_the_environment():
@@ -28,12 +27,6 @@ def test_the_kv_cache_dtype_comes_from_the_environment_and_is_checked():
     assert Settings.load(env={}).engine.config().kv_cache_dtype == "bfloat16"  # auto, on CPU
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, float32, bfloat16"):
         Settings.load(env={"SEMGATE_KV_CACHE_DTYPE": "fp8"})
-
-
-def test_the_cli_offers_the_engine_choices():
-    assert serve_command.QUANTIZATION_CHOICES == config.QUANTIZATION_CHOICES
-    assert serve_command.KV_CACHE_DTYPE_CHOICES == config.KV_CACHE_DTYPE_CHOICES
-    assert serve_command.ATTENTION_BACKEND_CHOICES == config.BACKEND_CHOICES
 
 
 @pytest.mark.parametrize("ttl", ["0", str(10**20)])
@@ -92,5 +85,5 @@ def test_the_engine_settings_become_the_engine_config():
     )
     config = engine.config()
     assert (config.max_num_seqs, config.num_threads) == (8, 2)
-    assert not config.enable_chunked_prefill and not config.enable_prefix_caching
+    assert not config.chunked_prefill and not config.prefix_caching
     assert config.model == engine.model
