@@ -55,11 +55,17 @@ def test_the_shipped_verifier_records_every_fit_set():
     assert FITTED["floor"] == DEFAULT_THRESHOLD and FITTED["target_precision"] == TARGET_PRECISION
 
 
-def _close(a: Verifier, b: Verifier) -> None:
+def _close(a: Verifier, b: Verifier, rows: list[MeasuredPair]) -> None:
+    """The same model for what it decides: its cut, and its verdict on all but 0.1% of
+    the pairs it was fitted on. Not weight by weight: the English features are
+    correlated, so the fit's weights are loosely set, and another CPU's BLAS kernels
+    (the solver's dot products summed in another order) move some by up to 0.12 while
+    the verdicts move on 2 of 5,460 pairs (seen on an AVX-512 Xeon against the machine
+    the shipped model was fitted on)."""
     assert a.features == b.features
-    assert a.weights == pytest.approx(b.weights, abs=0.05)
-    assert a.intercept == pytest.approx(b.intercept, abs=0.05)
     assert a.cut == pytest.approx(b.cut, abs=0.01)
+    differ = sum(a.admits(r.features) != b.admits(r.features) for r in rows)
+    assert differ <= len(rows) / 1000, f"{differ} of {len(rows)} verdicts differ"
 
 
 def test_the_shipped_models_are_the_fit_of_the_fit_sets(
@@ -68,12 +74,12 @@ def test_the_shipped_models_are_the_fit_of_the_fit_sets(
     en_rows = [r for rs in english.values() for r in rs]
     ml_rows = [r for rs in other.values() for r in rs]
     en = fit(en_rows, DEFAULT_THRESHOLD, TARGET_PRECISION["english"], tuple(en_rows[0].features))
-    _close(en, VERIFIERS["english"])
+    _close(en, VERIFIERS["english"], en_rows)
     thresholds = language_thresholds(ml_rows)
     assert thresholds == VERIFIERS["multilingual"].thresholds
     features = tuple(ml_rows[0].features)
     ml = fit(ml_rows, thresholds, TARGET_PRECISION["multilingual"], features)
-    _close(ml, VERIFIERS["multilingual"])
+    _close(ml, VERIFIERS["multilingual"], ml_rows)
 
 
 def test_held_out_english_files_meet_the_goal(english: dict[str, list[MeasuredPair]]):
