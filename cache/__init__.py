@@ -5,6 +5,7 @@ and fitting are offline tools: bench/)."""
 
 from cache.coalescer import Coalescer, Seat
 from cache.embedder import Embedder
+from cache.entry import CacheEntry, Candidate
 from cache.guard import Guard, LanguageGuard, Verdict
 from cache.lookup_result import LookupResult
 from cache.multilingual_embedder import MultilingualEmbedder
@@ -15,7 +16,7 @@ from cache.runtime import CacheRuntime
 from cache.semantic_cache import SemanticCache
 from cache.shared_flights import FlightError, FlightLost, SharedFlights
 from cache.stats import CacheStats
-from cache.store import CacheEntry, CacheStore, Candidate
+from cache.store import CacheStore
 from cache.thresholds import DEFAULT_THRESHOLD, Thresholds
 
 __all__ = [

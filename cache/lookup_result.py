@@ -8,8 +8,9 @@ from typing import Literal
 
 import numpy as np
 
+from cache.entry import Candidate
 from cache.policy import CacheScope
-from cache.store import ENGLISH_VECTOR, Candidate
+from cache.store import ENGLISH_VECTOR
 from cache.tiers import CheckedCandidate
 
 Status = Literal["hit", "miss", "bypass", "error"]

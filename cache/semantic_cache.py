@@ -22,6 +22,7 @@ import redis.exceptions
 from cache.circuit_breaker import CircuitBreaker
 from cache.coalescer import Coalescer
 from cache.embedder import Embedder
+from cache.entry import CacheEntry
 from cache.guard import Guard, LanguageGuard
 from cache.language import language
 from cache.lookup_result import LookupResult
@@ -29,7 +30,7 @@ from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CachePolicy, CacheRequest, CacheScope, CompletionOutcome
 from cache.shared_flights import SharedFlights
 from cache.stats import CacheStats
-from cache.store import ENGLISH_VECTOR, CacheEntry, CacheStore
+from cache.store import ENGLISH_VECTOR, CacheStore
 from cache.supervisor import RedisSupervisor
 from cache.thresholds import Thresholds
 from cache.tiers import (

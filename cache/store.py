@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -28,21 +27,11 @@ from redisvl.query import FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression, Tag, Text
 from redisvl.schema import IndexSchema
 
+from cache.entry import FIELDS, CacheEntry, Candidate
 from cache.policy import CacheScope, normalize_prompt
 from cache.thresholds import similarity_from_distance
 
 PREFIX = "semgate:entry"
-FIELDS = [
-    "prompt",
-    "response",
-    "tenant",
-    "model",
-    "context",
-    "embedder",
-    "created",
-    "hits",
-    "metadata",
-]
 # The vector fields an entry may have: the English tier's and the multilingual tier's.
 ENGLISH_VECTOR, MULTILINGUAL_VECTOR = "vector", "vector_multilingual"
 _VECTOR_FIELDS = frozenset({ENGLISH_VECTOR.encode(), MULTILINGUAL_VECTOR.encode()})
@@ -66,76 +55,6 @@ def check_ttl(ttl: int | None, name: str = "ttl") -> None:
     """Raises ValueError unless `ttl` is None (the default TTL, or none) or 1..MAX_TTL s."""
     if ttl is not None and not 1 <= ttl <= MAX_TTL:
         raise ValueError(f"{name} must be from 1 to {MAX_TTL} seconds (10 years), got {ttl}")
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    id: str
-    prompt: str
-    response: str
-    tenant: str
-    model: str
-    context: str
-    embedder: str
-    created: float
-    hits: int = 0
-    metadata: dict[str, Any] = field(default_factory=dict)
-    ttl: int | None = None  # seconds left; None = never expires (or not read)
-
-    @classmethod
-    def from_fields(cls, entry_id: str, raw: dict[str, Any]) -> CacheEntry:
-        def text(name: str) -> str:
-            value = raw.get(name, "")
-            return value.decode() if isinstance(value, bytes) else str(value)
-
-        return cls(
-            id=entry_id,
-            prompt=text("prompt"),
-            response=text("response"),
-            tenant=text("tenant"),
-            model=text("model"),
-            context=text("context"),
-            embedder=text("embedder"),
-            created=float(text("created") or 0),
-            hits=int(float(text("hits") or 0)),
-            metadata=json.loads(text("metadata") or "{}"),
-        )
-
-    @property
-    def completion_tokens(self) -> int | None:
-        """The stored answer's own length in tokens, when it was counted."""
-        return _count(self.metadata.get("completion_tokens"))
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        """Its original prompt's length in tokens, when it was counted."""
-        return _count(self.metadata.get("prompt_tokens"))
-
-    @property
-    def generation_seconds(self) -> float | None:
-        """How long generating the answer took (the gateway stores it with each answer it
-        generates); None for seeded entries and those stored before it was kept."""
-        seconds = self.metadata.get("generation_seconds")
-        if isinstance(seconds, int | float) and not isinstance(seconds, bool):
-            return float(seconds) if math.isfinite(seconds) and seconds >= 0 else None
-        return None
-
-    def to_fields(self) -> dict[str, Any]:
-        """The hash fields `from_fields` reads back (the vector is stored beside them)."""
-        fields = {name: getattr(self, name) for name in FIELDS}
-        return {**fields, "metadata": json.dumps(self.metadata, ensure_ascii=False)}
-
-
-def _count(value: Any) -> int | None:
-    """A token count as metadata holds it (JSON: a bool is no count)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-@dataclass(frozen=True)
-class Candidate:
-    entry: CacheEntry
-    similarity: float
-    tier: str  # the name of the tier that found it
 
 
 def _is_missing_index(exc: Exception) -> bool:

@@ -24,11 +24,12 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from cache.embedder import Embedder
+from cache.entry import CacheEntry, Candidate
 from cache.guard import Guard, LanguageGuard, Verdict
 from cache.language import ENGLISH
 from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import CacheScope
-from cache.store import MULTILINGUAL_VECTOR, CacheEntry, CacheStore, Candidate, VectorField
+from cache.store import MULTILINGUAL_VECTOR, CacheStore, VectorField
 
 EXACT, ENGLISH_TIER, MULTILINGUAL_TIER = "exact", "semantic-english", "semantic-multilingual"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from cache.store import CacheEntry
+from cache.entry import CacheEntry
 
 
 class EntryView(msgspec.Struct):

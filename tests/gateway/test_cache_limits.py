@@ -8,7 +8,8 @@ import asyncio
 import httpx
 import pytest
 
-from cache.store import MAX_TTL, CacheEntry
+from cache.entry import CacheEntry
+from cache.store import MAX_TTL
 from gateway.replay import servable
 from gateway.upstream import CompletionJob
 from tests.engine.prompts import CAPITAL_QUESTION
