@@ -28,7 +28,7 @@ from cache import CacheStats
 from cache.stats import SIMILARITY_BUCKETS
 from engine import RequestMetrics
 from gateway.upstream import EngineGauges, UpstreamHealth
-from gateway.upstream.routing import REASONS
+from gateway.upstream.balancer import REASONS
 
 # A `_created` series beside every counter doubles what Prometheus stores for nothing
 # it uses (vLLM turns them off too).

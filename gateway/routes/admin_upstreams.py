@@ -13,7 +13,7 @@ class UpstreamView(msgspec.Struct):
     upstream: str  # a remote server's base URL, or "in-process"
     models: list[str]
     up: bool
-    policy: str | None  # its group's routing policy (gateway/upstream/routing.py)
+    policy: str | None  # its group's routing policy (gateway/upstream/balancer.py)
     weight: float
     in_flight: int  # this gateway's requests on it now
     running: int | None  # its engine's own counts at the last health check (None: unknown)

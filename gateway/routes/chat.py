@@ -30,7 +30,7 @@ from gateway.schemas import (
 from gateway.streamed_answer import ended, timings_of, usage_of
 from gateway.strict_json import StrictJSON
 from gateway.upstream import Delta
-from gateway.upstream.routing import SESSION_HEADER
+from gateway.upstream.balancer import SESSION_HEADER
 
 
 async def _collect(answer: Answer) -> tuple[ChatCompletion, server_timing.Timings]:

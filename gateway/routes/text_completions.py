@@ -22,7 +22,7 @@ from gateway.streamed_answer import ended, timings_of, usage_of
 from gateway.strict_json import StrictJSON
 from gateway.text_completions import BYPASS_REASON, PATH, echo_text, to_text_job
 from gateway.upstream import Delta
-from gateway.upstream.routing import SESSION_HEADER
+from gateway.upstream.balancer import SESSION_HEADER
 
 
 async def _collect(answer: Answer, echo: str) -> tuple[TextCompletion, server_timing.Timings]:

@@ -1,6 +1,6 @@
 """Cache misses forwarded over HTTP to a pool of OpenAI-compatible servers (our own
 `semgate serve --no-cache` engine servers, vLLM, ...), with health checks and retries;
-which server answers is routing's choice (gateway/upstream/routing.py)."""
+which server answers is the balancer's choice (gateway/upstream/balancer.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import httpx
 
 from engine.tokenizer import Tokenizer
 from gateway import server_timing
+from gateway.upstream.balancer import Backend, Balancer, BalancerConfig, BalancerKey, prompt_text
 from gateway.upstream.base import ChatJob, Delta, EngineGauges, UpstreamError, UpstreamHealth
 from gateway.upstream.remote_load import UNKNOWN_LOAD, RemoteLoad, parse_load
-from gateway.upstream.routing import Backend, Balancer, RouteKey, RoutingConfig, render
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def base_url(url: str) -> str:
 @dataclass
 class _Server:
     base: str
-    backend: Backend  # the server as routing sees it
+    backend: Backend  # the server as the balancer sees it
     healthy: bool = False
     models: list[str] = field(default_factory=list)
     error: str = "not probed yet"
@@ -66,7 +66,7 @@ class _Server:
 
 class HttpUpstream:
     """A pool of remote OpenAI-compatible servers: a group serving `model` (each request
-    goes to one of them, as `routing` chooses), or, without one, servers whose models are
+    goes to one of them, as `balancer` chooses), or, without one, servers whose models are
     discovered (each request goes to one of those that list its model). `weights`, one
     per URL, size each server's share (default: equal)."""
 
@@ -82,7 +82,7 @@ class HttpUpstream:
         health_interval: float = 5.0,
         api_key: str | None = None,
         model: str | None = None,
-        routing: RoutingConfig | None = None,
+        balancer: BalancerConfig | None = None,
         weights: list[float] | None = None,
     ) -> None:
         if not base_urls:
@@ -95,7 +95,7 @@ class HttpUpstream:
             _Server(base_url(url), Backend(base_url(url), weight))
             for url, weight in zip(base_urls, weights, strict=True)
         ]
-        self.routing = Balancer(routing or RoutingConfig())
+        self.balancer = Balancer(balancer or BalancerConfig())
         self._timeout = timeout
         self._health_interval = health_interval
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -159,7 +159,7 @@ class HttpUpstream:
         return None  # remote engines report their own /metrics
 
     def health(self) -> list[UpstreamHealth]:
-        policy = self.routing.config.policy
+        policy = self.balancer.config.policy
         return [
             UpstreamHealth(
                 s.base,
@@ -170,7 +170,7 @@ class HttpUpstream:
                 in_flight=s.backend.in_flight,
                 weight=s.backend.weight,
                 requests=dict(s.backend.chosen),
-                prefix_blocks=self.routing.prefixes.size(s.base),
+                prefix_blocks=self.balancer.prefixes.size(s.base),
                 models=(self.model,) if self.model is not None else tuple(s.models),
                 policy=policy,
             )
@@ -184,7 +184,7 @@ class HttpUpstream:
         """Runs `job` on a healthy server; before the first delta, a server that fails
         is marked down and the next one is tried (each at most once)."""
         body = _request_body(job)
-        key = self.routing.key(job.model, render(job.messages), job.cache_salt, job.session)
+        key = self.balancer.key(job.model, prompt_text(job.messages), job.cache_salt, job.session)
         tried: set[str] = set()
         failures: list[str] = []
         request_id = job.trace_id or job.request_id
@@ -230,7 +230,7 @@ class HttpUpstream:
         and the response with its head read and its body not: the caller reads and closes
         it."""
         salt, user = _str_or_none(body.get("cache_salt")), _str_or_none(body.get("user"))
-        key = self.routing.key(model, _body_prompt(body), salt, session or user)
+        key = self.balancer.key(model, _body_prompt(body), salt, session or user)
         server, resp = await self._open(model, body, request_id, set(), [], key, path)
         resp.stream = _Released(resp.stream, server.backend)  # in flight until closed
         return server.base, resp
@@ -242,7 +242,7 @@ class HttpUpstream:
         request_id: str,
         tried: set[str],
         failures: list[str],
-        key: RouteKey,
+        key: BalancerKey,
         path: str = "/v1/chat/completions",
     ) -> tuple[_Server, httpx.Response]:
         """The first response (head only) from a healthy untried server that can serve
@@ -292,9 +292,10 @@ class HttpUpstream:
             retry_after=max(1, math.ceil(self._health_interval)),
         )
 
-    def _pick(self, model: str, tried: set[str], key: RouteKey) -> _Server | None:
-        """Routing's choice among the healthy, untried servers that serve `model` (a model
-        nobody serves was refused with a 404 before it got here: gateway/upstream/router.py)."""
+    def _pick(self, model: str, tried: set[str], key: BalancerKey) -> _Server | None:
+        """The balancer's choice among the healthy, untried servers that serve `model` (a
+        model nobody serves was refused with a 404 before it got here: the model router's,
+        gateway/upstream/model_router.py)."""
         candidates = {
             s.base: s
             for s in self._servers
@@ -303,12 +304,12 @@ class HttpUpstream:
         if not candidates:
             return None
         backends = [s.backend for s in candidates.values()]
-        return candidates[self.routing.choose(backends, key, retry=bool(tried)).name]
+        return candidates[self.balancer.choose(backends, key, retry=bool(tried)).name]
 
     def _mark_down(self, server: _Server, reason: str) -> None:
         if server.healthy:
             logger.warning("upstream %s is down: %s", server.base, reason)
-            self.routing.forget(server.base)
+            self.balancer.forget(server.base)
         server.healthy, server.error = False, reason
 
     def _describe(self) -> str:
@@ -427,7 +428,7 @@ def _body_prompt(body: Mapping[str, Any]) -> str | None:
     """What a forwarded body's prompt starts with: its chat messages, or its text
     completion's prompt (none for embeddings)."""
     if isinstance(messages := body.get("messages"), list):
-        return render(m for m in messages if isinstance(m, dict))
+        return prompt_text(m for m in messages if isinstance(m, dict))
     prompt = body.get("prompt")
     if prompt is None:
         return None
