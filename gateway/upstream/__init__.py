@@ -8,9 +8,10 @@ from gateway.upstream.base import (
     UpstreamError,
     UpstreamHealth,
 )
-from gateway.upstream.http import ForwardedJob, HttpUpstream
+from gateway.upstream.http import HttpUpstream
 from gateway.upstream.in_process import InProcessEngine
 from gateway.upstream.model_router import ModelRouter
+from gateway.upstream.openai_wire import ForwardedJob
 
 __all__ = [
     "ChatJob",
