@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    from gateway.group_settings import parse_group_settings
-    from gateway.routing_settings import parse_aliases, parse_upstreams
     from gateway.settings import FLAT_SETTINGS, Settings, parse_pairs
+    from gateway.upstream.group_settings import parse_group_settings
+    from gateway.upstream.specs import parse_aliases, parse_upstreams
 
     # Flags named like a setting (the engine's too) pass straight through (None: not
     # given); the rest are spelled for the command line.
@@ -91,7 +91,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-ROUTING_POLICIES = ("round_robin", "least_load", "prefix")  # gateway/upstream/routing.py's
+ROUTING_POLICIES = ("round_robin", "least_load", "prefix")  # gateway/upstream/balancer.py's
 
 
 def add_serve_command(sub: argparse._SubParsersAction) -> None:

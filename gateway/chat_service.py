@@ -105,7 +105,7 @@ class ChatService:
         session: str | None = None,
     ) -> Answer:
         """`trace_id`: the request's X-Request-Id, which remote servers are sent;
-        `session`: its X-Session-Id (gateway/upstream/routing.py)."""
+        `session`: its X-Session-Id (gateway/upstream/balancer.py)."""
         started = time.perf_counter()
         answer_id = f"chatcmpl-{uuid.uuid4().hex}"
         # The job, the cache's partition and the metrics name the served model (an

@@ -28,7 +28,7 @@ from cache import CacheStats
 from cache.stats import SIMILARITY_BUCKETS
 from engine import RequestMetrics
 from gateway.upstream import EngineGauges, UpstreamHealth
-from gateway.upstream.routing import REASONS
+from gateway.upstream.balancer import REASONS
 
 # A `_created` series beside every counter doubles what Prometheus stores for nothing
 # it uses (vLLM turns them off too).
@@ -199,16 +199,14 @@ def _upstream_metrics(servers: list[UpstreamHealth]) -> Iterator[Metric]:
         "1 while the upstream (a remote server's base URL, or in-process) can answer.",
         labels=["upstream"],
     )
-    running = GaugeMetricFamily(
-        "semgate_upstream_num_requests_running",
-        "A remote upstream's running requests, from its own /metrics.",
-        labels=["upstream"],
-    )
-    waiting = GaugeMetricFamily(
-        "semgate_upstream_num_requests_waiting",
-        "A remote upstream's waiting requests, from its own /metrics.",
-        labels=["upstream"],
-    )
+    counts = {
+        kind: GaugeMetricFamily(
+            f"semgate_upstream_num_requests_{kind}",
+            f"A remote upstream's {kind} requests, from its own /metrics.",
+            labels=["upstream"],
+        )
+        for kind in ("running", "waiting")
+    }
     in_flight = GaugeMetricFamily(
         "semgate_upstream_in_flight",
         "This gateway's requests in flight on a remote upstream.",
@@ -222,15 +220,14 @@ def _upstream_metrics(servers: list[UpstreamHealth]) -> Iterator[Metric]:
     )
     for server in servers:
         up.add_metric([server.name], int(server.up))
-        if server.running is not None:
-            running.add_metric([server.name], server.running)
-        if server.waiting is not None:
-            waiting.add_metric([server.name], server.waiting)
+        for kind, family in counts.items():
+            if (count := getattr(server, kind)) is not None:
+                family.add_metric([server.name], count)
         if server.policy is not None:  # a remote server: routing chooses it
             in_flight.add_metric([server.name], server.in_flight)
             for reason in REASONS:
                 chosen.add_metric([server.name, reason], server.requests.get(reason, 0))
-    yield from (up, running, waiting, in_flight, chosen)
+    yield from (up, *counts.values(), in_flight, chosen)
 
 
 def _similarity_histogram(s: CacheStats) -> Metric:

@@ -25,7 +25,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.model_rename import renamed, renamed_lines
 from gateway.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.upstream import ModelRouter, UpstreamError
-from gateway.upstream.http import http_error, upstream_failure
+from gateway.upstream.openai_wire import http_error, upstream_failure
 
 # The gateway's own fields, never sent on: the answer's cache TTL, and the client's
 # prefix-cache salt (replaced by the tenant's, as on the cached path).

@@ -58,7 +58,7 @@ def build_upstream(settings: Settings, metrics: GatewayMetrics) -> ModelRouter:
             timeout=group.timeout,
             api_key=group.api_key,
             model=model,
-            routing=group.routing,
+            balancer=group.balancer,
             weights=group.weights,
         )
 

@@ -9,8 +9,8 @@ variables and the config file's top level name them flat, as they name the other
 API keys map to tenants: `[keys]` in the config file (`"sk-..." = "tenant"`) or
 SEMGATE_API_KEYS="sk-a:tenant-a,sk-b:tenant-b". No keys: chat is open and every
 request is tenant "default". Upstreams and model aliases are spelled as
-gateway/routing_settings.py says, the settings of each upstream group as
-gateway/group_settings.py says.
+gateway/upstream/specs.py says, the settings of each upstream group as
+gateway/upstream/group_settings.py says.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 from cache import DEFAULT_THRESHOLD, Thresholds
 from cache.store import check_ttl
 from gateway.engine_settings import EngineSettings
-from gateway.group_settings import (
+from gateway.upstream.group_settings import (
     GROUP_SETTINGS,
     GroupSettings,
     from_config,
@@ -32,8 +32,8 @@ from gateway.group_settings import (
     merged,
     parse_group_settings,
 )
-from gateway.routing_settings import (
-    check_routing,
+from gateway.upstream.specs import (
+    check_upstreams,
     parse_aliases,
     parse_upstreams,
     upstreams_from_toml,
@@ -59,8 +59,8 @@ class Settings:
     local_engine: bool = False  # run the in-process engine beside the upstreams too
     model_aliases: dict[str, str] = field(default_factory=dict)  # public name -> served
     # Every upstream group's settings unless it has its own (upstream_settings: model ->
-    # name -> value; gateway/group_settings.py): how its servers share its requests
-    # (gateway/upstream/routing.py), how long a request may take, the key sent to them.
+    # name -> value; gateway/upstream/group_settings.py): how its servers share its requests
+    # (gateway/upstream/balancer.py), how long a request may take, the key sent to them.
     upstream_policy: str = "prefix"
     upstream_balance_threshold: float = 2.0
     upstream_session_affinity: bool = True
@@ -125,7 +125,7 @@ class Settings:
         check_ttl(self.cache_ttl, "cache_ttl")
         if any(not key or not tenant for key, tenant in self.api_keys.items()):
             raise ValueError("API keys and tenant names must be non-empty")
-        self.upstreams, self.upstream_groups = check_routing(
+        self.upstreams, self.upstream_groups = check_upstreams(
             self.upstreams, self.upstream_groups, self.model_aliases
         )
         for model in self.upstream_settings:

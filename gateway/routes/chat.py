@@ -3,88 +3,23 @@ cache status and the Server-Timing in the headers."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import msgspec
 from litestar import Request, Response, post
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 
-from gateway import server_timing
+from gateway.answer_rendering import ChatShape, render_answer
 from gateway.cache_directives import CacheDirectives
-from gateway.chat_service import Answer, ChatService
+from gateway.chat_service import ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import CLIENT_CLOSED_REQUEST
 from gateway.job_translation import unknown_field
 from gateway.openapi_docs import CHAT_RESPONSES, AnswerOperation
 from gateway.request_id import request_id
 from gateway.runtime import Runtime
-from gateway.schemas import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    Choice,
-    ChunkChoice,
-    DeltaMessage,
-    ResponseMessage,
-)
-from gateway.streamed_answer import ended, timings_of, usage_of
+from gateway.schemas import ChatCompletion, ChatCompletionRequest
 from gateway.strict_json import StrictJSON
-from gateway.upstream import Delta
-from gateway.upstream.routing import SESSION_HEADER
-
-
-async def _collect(answer: Answer) -> tuple[ChatCompletion, server_timing.Timings]:
-    """The whole answer, and its timings (the final delta's)."""
-    parts: list[str] = []
-    final: Delta | None = None
-    async for delta in answer.deltas:
-        parts.append(delta.text)
-        if delta.finish_reason is not None:
-            final = delta
-    message = ResponseMessage("assistant", "".join(parts))
-    finish = final.finish_reason if final else None
-    completion = ChatCompletion(
-        answer.id, answer.created, answer.model, [Choice(0, message, finish)], usage_of(final)
-    )
-    return completion, (final.timings if final else None) or {}
-
-
-async def _events(answer: Answer, include_usage: bool) -> AsyncIterator[str]:
-    """OpenAI's chunk sequence: role, content deltas, finish_reason, usage (if asked);
-    `ended` adds [DONE]. The last chunk before it (the usage, else the finish_reason)
-    carries the answer's timings."""
-
-    def chunk(
-        delta: DeltaMessage,
-        finish: str | None = None,
-        timings: server_timing.Timings | msgspec.UnsetType = msgspec.UNSET,
-    ) -> str:
-        choice = ChunkChoice(0, delta, finish)
-        return msgspec.json.encode(
-            ChatCompletionChunk(answer.id, answer.created, answer.model, [choice], timings=timings)
-        ).decode()
-
-    yield chunk(DeltaMessage(role="assistant", content=""))
-    final: Delta | None = None
-    async for delta in answer.deltas:
-        if delta.text:
-            yield chunk(DeltaMessage(content=delta.text))
-        if delta.finish_reason is not None:
-            final = delta
-            # The timings go on the last chunk: this one, unless a usage chunk follows.
-            timings = msgspec.UNSET if include_usage else timings_of(final)
-            yield chunk(DeltaMessage(), delta.finish_reason, timings)
-    if include_usage:
-        usage = ChatCompletionChunk(
-            answer.id,
-            answer.created,
-            answer.model,
-            [],
-            usage=usage_of(final),
-            timings=timings_of(final),
-        )
-        yield msgspec.json.encode(usage).decode()
+from gateway.upstream.balancer import SESSION_HEADER
 
 
 @post(
@@ -140,21 +75,9 @@ async def chat_completions(
                 )
                 return await watch.run(answered)
         answer = await watch.run(chat.answer(data, tenant, directives, rid, session))
-        headers = {"X-Cache-Status": answer.cache_status.capitalize(), **answer.headers}
-        if runtime.settings.upstream_header and answer.upstream is not None:
-            headers["X-Upstream"] = answer.upstream
-        if data.stream:
-            # What is known before the answer: the lookup, the engine's queue and prefill.
-            if answer.timings:
-                headers["Server-Timing"] = server_timing.header(answer.timings)
-            include_usage = bool(data.stream_options and data.stream_options.include_usage)
-            events = ended(_events(answer, include_usage), answer.deltas)
-            return ServerSentEvent(events, headers=headers)
-        completion, timings = await watch.run(_collect(answer))
+        upstream_header = runtime.settings.upstream_header
+        return await render_answer(answer, ChatShape(), data, watch, upstream_header)
     except ClientDisconnected:
         return Response(None, status_code=CLIENT_CLOSED_REQUEST)
     finally:
         watch.close()
-    if timings:
-        headers["Server-Timing"] = server_timing.header(timings)
-    return Response(completion, headers=headers)

@@ -10,7 +10,7 @@ from gateway.embeddings import BUNDLED_NAME, EmbeddingService
 from gateway.openapi_docs import error_responses
 from gateway.schemas import ModelCard, ModelList
 from gateway.upstream import ModelRouter
-from gateway.upstream.router import LOCAL_OWNER
+from gateway.upstream.model_router import LOCAL_OWNER
 
 
 @get(

@@ -3,74 +3,27 @@ completions, JSON or SSE, never cached (X-Cache-Status: Bypass, reason `completi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import msgspec
 from litestar import Request, Response, post
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 
-from gateway import server_timing
-from gateway.chat_service import Answer, ChatService
+from gateway.answer_rendering import TextShape, render_answer
+from gateway.chat_service import ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import CLIENT_CLOSED_REQUEST
 from gateway.job_translation import echo_text, text_job
 from gateway.openapi_docs import AnswerOperation, answer_responses
 from gateway.request_id import request_id
 from gateway.runtime import Runtime
-from gateway.schemas import CompletionChoice, CompletionRequest, TextCompletion, Usage
-from gateway.streamed_answer import ended, timings_of, usage_of
+from gateway.schemas import CompletionRequest, TextCompletion
 from gateway.strict_json import StrictJSON
-from gateway.upstream import Delta
-from gateway.upstream.routing import SESSION_HEADER
+from gateway.upstream.balancer import SESSION_HEADER
 
 # A prompt to continue is not a question: never cached (X-Cache-Bypass-Reason, and the
 # bypass counter's label).
 BYPASS_REASON = "completions"
 PATH = "/v1/completions"
-
-
-async def _collect(answer: Answer, echo: str) -> tuple[TextCompletion, server_timing.Timings]:
-    parts = [echo]
-    final: Delta | None = None
-    async for delta in answer.deltas:
-        parts.append(delta.text)
-        if delta.finish_reason is not None:
-            final = delta
-    choice = CompletionChoice(0, "".join(parts), final.finish_reason if final else None)
-    completion = TextCompletion(
-        answer.id, answer.created, answer.model, [choice], usage=usage_of(final)
-    )
-    return completion, (final.timings if final else None) or {}
-
-
-async def _events(answer: Answer, include_usage: bool, echo: str) -> AsyncIterator[str]:
-    """As chat's chunks (gateway/routes/chat.py), with text: the echoed prompt first, if
-    asked, the text deltas, the finish_reason, the usage if asked; `ended` adds [DONE]."""
-
-    def chunk(
-        choices: list[CompletionChoice],
-        usage: Usage | None = None,
-        timings: server_timing.Timings | msgspec.UnsetType = msgspec.UNSET,
-    ) -> str:
-        event = TextCompletion(
-            answer.id, answer.created, answer.model, choices, usage=usage, timings=timings
-        )
-        return msgspec.json.encode(event).decode()
-
-    if echo:
-        yield chunk([CompletionChoice(0, echo)])
-    final: Delta | None = None
-    async for delta in answer.deltas:
-        if delta.text:
-            yield chunk([CompletionChoice(0, delta.text)])
-        if delta.finish_reason is not None:
-            final = delta
-            # The timings go on the last chunk: this one, unless a usage chunk follows.
-            timings = msgspec.UNSET if include_usage else timings_of(final)
-            yield chunk([CompletionChoice(0, "", delta.finish_reason)], timings=timings)
-    if include_usage:
-        yield chunk([], usage_of(final), timings_of(final))
 
 
 @post(
@@ -112,18 +65,9 @@ async def text_completions(
         job = text_job(data, runtime.upstream.models(), tenant)
         echo = echo_text(job, runtime.upstream) if data.echo else ""
         answer = await watch.run(chat.uncached(job, BYPASS_REASON))
-        headers = {"X-Cache-Status": "Bypass", "X-Cache-Bypass-Reason": BYPASS_REASON}
-        if data.stream:
-            if answer.timings:
-                headers["Server-Timing"] = server_timing.header(answer.timings)
-            include_usage = bool(data.stream_options and data.stream_options.include_usage)
-            events = ended(_events(answer, include_usage, echo), answer.deltas)
-            return ServerSentEvent(events, headers=headers)
-        completion, timings = await watch.run(_collect(answer, echo))
+        upstream_header = runtime.settings.upstream_header
+        return await render_answer(answer, TextShape(echo), data, watch, upstream_header)
     except ClientDisconnected:
         return Response(None, status_code=CLIENT_CLOSED_REQUEST)
     finally:
         watch.close()
-    if timings:
-        headers["Server-Timing"] = server_timing.header(timings)
-    return Response(completion, headers=headers)

@@ -11,7 +11,7 @@ from gateway.upstream.base import (
 )
 from gateway.upstream.http import HttpUpstream
 from gateway.upstream.in_process import InProcessEngine
-from gateway.upstream.router import ModelRouter
+from gateway.upstream.model_router import ModelRouter
 
 __all__ = [
     "CompletionJob",

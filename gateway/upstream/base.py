@@ -44,7 +44,7 @@ class CompletionJob:
     # sent it, so that their logs name the request as the client's and the gateway's do.
     trace_id: str | None = None
     # Keeps the request on the server of its session's earlier ones (X-Session-Id, else
-    # the `user` field; gateway/upstream/routing.py).
+    # the `user` field; gateway/upstream/balancer.py).
     session: str | None = None
     fields: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -111,7 +111,7 @@ class UpstreamHealth:
     running: int | None = None
     waiting: int | None = None
     detail: str | None = None  # why it is not used, while it is down
-    # How the gateway routes to it (gateway/upstream/routing.py): its requests in flight
+    # How the gateway routes to it (gateway/upstream/balancer.py): its requests in flight
     # from this gateway, its weight, the requests sent to it by reason since the start,
     # and the prompt-start blocks remembered for it.
     in_flight: int = 0

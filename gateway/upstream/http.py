@@ -1,6 +1,6 @@
 """Cache misses forwarded over HTTP to a pool of OpenAI-compatible servers (our own
 `semgate serve --no-cache` engine servers, vLLM, ...), with health checks and retries;
-which server answers is routing's choice (gateway/upstream/routing.py)."""
+which server answers is the balancer's choice (gateway/upstream/balancer.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import json
 import logging
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
 from engine.tokenizer import Tokenizer
-from gateway import server_timing
+from gateway.upstream.balancer import Backend, Balancer, BalancerConfig, BalancerKey, prompt_text
 from gateway.upstream.base import (
     CompletionJob,
     Delta,
@@ -25,8 +25,9 @@ from gateway.upstream.base import (
     UpstreamError,
     UpstreamHealth,
 )
-from gateway.upstream.remote_load import UNKNOWN_LOAD, RemoteLoad, parse_load
-from gateway.upstream.routing import Backend, Balancer, RouteKey, RoutingConfig, render
+from gateway.upstream.health_checks import RemoteServer
+from gateway.upstream.openai_wire import http_error, parse_sse, request_body, upstream_failure
+from gateway.upstream.remote_load import UNKNOWN_LOAD
 
 logger = logging.getLogger(__name__)
 
@@ -54,26 +55,9 @@ def base_url(url: str) -> str:
     return url.rstrip("/").removesuffix("/v1")
 
 
-@dataclass
-class _Server:
-    base: str
-    backend: Backend  # the server as routing sees it
-    healthy: bool = False
-    models: list[str] = field(default_factory=list)
-    error: str = "not probed yet"
-    # semgate's /ready lists the models too; servers without it (vLLM) are asked
-    # /health and /v1/models instead, from their first 404 on. A /ready that answers
-    # otherwise than semgate's (llama-server's `{"status": "ok"}`) says alive, and the
-    # models come from /v1/models.
-    ready_path: str | None = "/ready"
-    # Its engine's load from its /metrics (None: unknown); asked no more after a 404.
-    load: RemoteLoad = UNKNOWN_LOAD
-    metrics_path: str | None = "/metrics"
-
-
 class HttpUpstream:
     """A pool of remote OpenAI-compatible servers: a group serving `model` (each request
-    goes to one of them, as `routing` chooses), or, without one, servers whose models are
+    goes to one of them, as `balancer` chooses), or, without one, servers whose models are
     discovered (each request goes to one of those that list its model). `weights`, one
     per URL, size each server's share (default: equal)."""
 
@@ -89,7 +73,7 @@ class HttpUpstream:
         health_interval: float = 5.0,
         api_key: str | None = None,
         model: str | None = None,
-        routing: RoutingConfig | None = None,
+        balancer: BalancerConfig | None = None,
         weights: list[float] | None = None,
     ) -> None:
         if not base_urls:
@@ -99,10 +83,10 @@ class HttpUpstream:
             raise ValueError("HttpUpstream needs one positive weight per base URL")
         self.model = model
         self._servers = [
-            _Server(base_url(url), Backend(base_url(url), weight))
+            RemoteServer(base_url(url), Backend(base_url(url), weight))
             for url, weight in zip(base_urls, weights, strict=True)
         ]
-        self.routing = Balancer(routing or RoutingConfig())
+        self.balancer = Balancer(balancer or BalancerConfig())
         self._timeout = timeout
         self._health_interval = health_interval
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -166,7 +150,7 @@ class HttpUpstream:
         return None  # remote engines report their own /metrics
 
     def health(self) -> list[UpstreamHealth]:
-        policy = self.routing.config.policy
+        policy = self.balancer.config.policy
         return [
             UpstreamHealth(
                 s.base,
@@ -177,7 +161,7 @@ class HttpUpstream:
                 in_flight=s.backend.in_flight,
                 weight=s.backend.weight,
                 requests=dict(s.backend.chosen),
-                prefix_blocks=self.routing.prefixes.size(s.base),
+                prefix_blocks=self.balancer.prefixes.size(s.base),
                 models=(self.model,) if self.model is not None else tuple(s.models),
                 policy=policy,
             )
@@ -195,8 +179,8 @@ class HttpUpstream:
     async def stream(self, job: CompletionJob) -> AsyncGenerator[Delta, None]:
         """Runs `job` on a healthy server; before the first delta, a server that fails
         is marked down and the next one is tried (each at most once)."""
-        body = _request_body(job)
-        key = self.routing.key(job.model, render(job.messages), job.cache_salt, job.session)
+        body = request_body(job)
+        key = self.balancer.key(job.model, prompt_text(job.messages), job.cache_salt, job.session)
         tried: set[str] = set()
         failures: list[str] = []
         request_id = job.trace_id or job.request_id
@@ -211,7 +195,7 @@ class HttpUpstream:
                 if resp.status_code >= 400:
                     await resp.aread()
                     raise http_error(resp)
-                async for delta in _parse_sse(resp, _head_timings(resp)):
+                async for delta in parse_sse(resp):
                     yield delta if yielded else replace(delta, upstream=server.base)
                     yielded = True
                 return
@@ -242,7 +226,7 @@ class HttpUpstream:
         and the response with its head read and its body not: the caller reads and closes
         it."""
         salt, user = _str_or_none(body.get("cache_salt")), _str_or_none(body.get("user"))
-        key = self.routing.key(model, _body_prompt(body), salt, session or user)
+        key = self.balancer.key(model, _body_prompt(body), salt, session or user)
         server, resp = await self._open(model, body, request_id, set(), [], key, path)
         resp.stream = _Released(resp.stream, server.backend)  # in flight until closed
         return server.base, resp
@@ -254,9 +238,9 @@ class HttpUpstream:
         request_id: str,
         tried: set[str],
         failures: list[str],
-        key: RouteKey,
+        key: BalancerKey,
         path: str = "/v1/chat/completions",
-    ) -> tuple[_Server, httpx.Response]:
+    ) -> tuple[RemoteServer, httpx.Response]:
         """The first response (head only) from a healthy untried server that can serve
         now; when none is left, 502 if one dropped the request, else 503. The server
         returned counts the request in flight until the caller says it is done."""
@@ -304,9 +288,10 @@ class HttpUpstream:
             retry_after=max(1, math.ceil(self._health_interval)),
         )
 
-    def _pick(self, model: str, tried: set[str], key: RouteKey) -> _Server | None:
-        """Routing's choice among the healthy, untried servers that serve `model` (a model
-        nobody serves was refused with a 404 before it got here: gateway/upstream/router.py)."""
+    def _pick(self, model: str, tried: set[str], key: BalancerKey) -> RemoteServer | None:
+        """The balancer's choice among the healthy, untried servers that serve `model` (a
+        model nobody serves was refused with a 404 before it got here: the model router's,
+        gateway/upstream/model_router.py)."""
         candidates = {
             s.base: s
             for s in self._servers
@@ -315,12 +300,12 @@ class HttpUpstream:
         if not candidates:
             return None
         backends = [s.backend for s in candidates.values()]
-        return candidates[self.routing.choose(backends, key, retry=bool(tried)).name]
+        return candidates[self.balancer.choose(backends, key, retry=bool(tried)).name]
 
-    def _mark_down(self, server: _Server, reason: str) -> None:
+    def _mark_down(self, server: RemoteServer, reason: str) -> None:
         if server.healthy:
             logger.warning("upstream %s is down: %s", server.base, reason)
-            self.routing.forget(server.base)
+            self.balancer.forget(server.base)
         server.healthy, server.error = False, reason
 
     def _describe(self) -> str:
@@ -329,13 +314,13 @@ class HttpUpstream:
     async def _probe_all(self) -> None:
         await asyncio.gather(*(self._probe(s) for s in self._servers))
 
-    async def _probe(self, server: _Server) -> None:
-        """Healthy = ready and serving models (see _probe_models). /health alone would not
-        do: a loading semgate engine answers /health but is not ready."""
+    async def _probe(self, server: RemoteServer) -> None:
+        """Healthy = ready and serving models (RemoteServer.probe_models). /health alone
+        would not do: a loading semgate engine answers /health but is not ready."""
         assert self._client is not None
         probe_timeout = min(10.0, max(2.0, self._health_interval))
         try:
-            models = await self._probe_models(server, probe_timeout)
+            models = await server.probe_models(self._client, probe_timeout)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             self._mark_down(server, f"health check failed: {type(exc).__name__}: {exc}")
             server.load = UNKNOWN_LOAD
@@ -343,44 +328,8 @@ class HttpUpstream:
         if not server.healthy:
             logger.info("upstream %s is healthy, serving %s", server.base, ", ".join(models))
         server.healthy, server.models, server.error = True, models, ""
-        server.load = await self._probe_load(server, probe_timeout)
+        server.load = await server.probe_load(self._client, probe_timeout)
         server.backend.observe(server.load.running, server.load.waiting)
-
-    async def _probe_load(self, server: _Server, timeout: float) -> RemoteLoad:
-        """Its engine's running and waiting requests, if its /metrics says. A server
-        without /metrics (404) is not asked again; any other failure leaves it unknown
-        this round and never marks the server down (it answered its health check)."""
-        assert self._client is not None
-        if server.metrics_path is None:
-            return UNKNOWN_LOAD
-        try:
-            resp = await self._client.get(server.base + server.metrics_path, timeout=timeout)
-            if resp.status_code == 404:
-                server.metrics_path = None
-            resp.raise_for_status()
-            return parse_load(resp.text)
-        except (httpx.HTTPError, ValueError) as exc:
-            logger.debug("upstream %s: no load from /metrics: %r", server.base, exc)
-            return UNKNOWN_LOAD
-
-    async def _probe_models(self, server: _Server, timeout: float) -> list[str]:
-        """The served models if the server is ready; raises otherwise. One request to a
-        semgate server, two to any other."""
-        assert self._client is not None
-        if server.ready_path is not None:
-            resp = await self._client.get(server.base + server.ready_path, timeout=timeout)
-            if resp.status_code == 404:
-                server.ready_path = None
-            else:
-                resp.raise_for_status()
-                if (models := _semgate_models(resp)) is not None:
-                    return models
-        if server.ready_path is None:
-            resp = await self._client.get(f"{server.base}/health", timeout=timeout)
-            resp.raise_for_status()
-        resp = await self._client.get(f"{server.base}/v1/models", timeout=timeout)
-        resp.raise_for_status()
-        return [m["id"] for m in resp.json()["data"]]
 
     async def _health_loop(self) -> None:
         while True:
@@ -389,17 +338,6 @@ class HttpUpstream:
                 await self._probe_all()
             except Exception:  # keep checking whatever one round hit
                 logger.exception("upstream health check round failed")
-
-
-def _semgate_models(resp: httpx.Response) -> list[str] | None:
-    """The models a semgate /ready lists; None for any other server's answer."""
-    try:
-        body = resp.json()
-    except ValueError:
-        return None
-    if not isinstance(body, dict) or not isinstance(models := body.get("models"), list):
-        return None
-    return [str(m) for m in models]
 
 
 def _mid_answer() -> UpstreamError:
@@ -431,7 +369,7 @@ def _body_prompt(body: Mapping[str, Any]) -> str | None:
     """What a forwarded body's prompt starts with: its chat messages, or its text
     completion's prompt (none for embeddings)."""
     if isinstance(messages := body.get("messages"), list):
-        return render(m for m in messages if isinstance(m, dict))
+        return prompt_text(m for m in messages if isinstance(m, dict))
     prompt = body.get("prompt")
     if prompt is None:
         return None
@@ -440,141 +378,3 @@ def _body_prompt(body: Mapping[str, Any]) -> str | None:
 
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def upstream_failure(exc: httpx.HTTPError) -> UpstreamError:
-    """A failure not worth another server's time, as its client is told."""
-    if isinstance(exc, httpx.TimeoutException):
-        logger.warning("upstream timed out: %r", exc)
-        return UpstreamError(504, "the upstream timed out", "upstream_error")
-    logger.warning("upstream failed: %r", exc)
-    return UpstreamError(502, "the upstream failed", "upstream_error")
-
-
-# The request's fields that only remote servers read, sent as they came: the end user's
-# id, and vLLM's sampling fields (at their neutral values: any other passes through).
-FORWARDED_FIELDS = ("user", "top_k", "min_p", "repetition_penalty")
-
-
-def _request_body(job: CompletionJob) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        **{name: job.fields[name] for name in FORWARDED_FIELDS if name in job.fields},
-        "model": job.model,
-        "messages": job.messages,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": job.temperature,
-        "top_p": job.top_p,
-    }
-    if job.max_tokens is not None:
-        body["max_tokens"] = job.max_tokens
-    if job.stop:
-        body["stop"] = job.stop
-    if job.seed is not None:
-        body["seed"] = job.seed
-    if job.ignore_eos:
-        body["ignore_eos"] = True
-    if job.cache_salt is not None:
-        body["cache_salt"] = job.cache_salt
-    return body
-
-
-def _head_timings(resp: httpx.Response) -> dict[str, float]:
-    """The server's Server-Timing (every line of it, as httpx joins them)."""
-    return server_timing.parse(resp.headers.get("server-timing", ""))
-
-
-async def _parse_sse(resp: httpx.Response, head: dict[str, float]) -> AsyncGenerator[Delta, None]:
-    """Text deltas as they arrive, then exactly one final delta with finish_reason and
-    usage, yielded at [DONE] (or at the end of the body once a finish_reason was seen).
-    The server's timings pass through: `head` (its response's Server-Timing) on the
-    first delta, and with its final chunk's `timings` (later values win) on the last."""
-    finish: str | None = None
-    usage: dict[str, Any] = {}
-    timings = dict(head)
-    told = False
-    async for line in resp.aiter_lines():
-        if not line.startswith("data:"):
-            continue  # blank separators, ": keep-alive" comments, event names
-        data = line[5:].strip()
-        if data == "[DONE]":
-            break
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            raise UpstreamError(
-                502, f"malformed event from upstream: {data[:200]!r}", "upstream_error"
-            ) from None
-        if chunk.get("error"):
-            raise _event_error(chunk["error"])
-        usage = chunk.get("usage") or usage
-        timings.update(server_timing.of_chunk(chunk))
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
-            text = (choice.get("delta") or {}).get("content")
-            if text:
-                yield Delta(text=text, timings=None if told else head or None)
-                told = True
-            finish = choice.get("finish_reason") or finish
-    else:
-        if finish is None:
-            raise UpstreamError(502, "upstream ended the stream mid-answer", "upstream_error")
-    yield Delta(
-        finish_reason=finish or "stop",
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
-        cached_tokens=_cached_tokens(usage),
-        timings=timings or None,
-    )
-
-
-def _cached_tokens(usage: dict[str, Any]) -> int | None:
-    """The prompt tokens the server's prefix cache served, where it says (vLLM with
-    --enable-prompt-tokens-details, semgate; vLLM may send null)."""
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return cached if isinstance(cached, int) else None
-
-
-# OpenAI error types -> the HTTP status they imply (an SSE error event carries no status).
-_TYPE_STATUS = {"invalid_request_error": 400, "rate_limit_error": 429, "service_unavailable": 503}
-
-
-def _event_error(err: Any) -> UpstreamError:
-    """An error event in the stream: vLLM puts the status in `code`, we in `type`."""
-    err = err if isinstance(err, dict) else {"message": str(err)}
-    code = err.get("code")
-    if isinstance(code, int) and 400 <= code < 600:
-        status, code = code, None
-    else:
-        status = _TYPE_STATUS.get(str(err.get("type")), 502)
-    message = str(err.get("message") or "upstream error")
-    return UpstreamError(status, message, "upstream_error", code if isinstance(code, str) else None)
-
-
-def http_error(resp: httpx.Response) -> UpstreamError:
-    """A 4xx from the server, passed through with its OpenAI error fields; except 401 and
-    403, which concern the gateway's own key to the upstream, not the client's."""
-    if resp.status_code in (401, 403):
-        logger.error("the upstream refused the gateway's key (HTTP %d)", resp.status_code)
-        return UpstreamError(502, "the upstream refused the gateway", "upstream_error")
-    try:
-        err = resp.json().get("error")
-    except (ValueError, AttributeError):
-        err = None
-    if not isinstance(err, dict):
-        err = {"message": resp.text[:500] or f"HTTP {resp.status_code}"}
-    code = err.get("code")
-    retry_after = None
-    if resp.status_code == 429:
-        with contextlib.suppress(ValueError):
-            retry_after = max(1, math.ceil(float(resp.headers.get("retry-after", ""))))
-    return UpstreamError(
-        resp.status_code,
-        str(err.get("message") or f"HTTP {resp.status_code}"),
-        type=str(err.get("type") or "invalid_request_error"),
-        code=code if isinstance(code, str) else None,
-        param=err.get("param") if isinstance(err.get("param"), str) else None,
-        retry_after=retry_after,
-    )

@@ -14,15 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.upstream.balancer import BalancerConfig
 from gateway.upstream.base import CompletionJob, Delta, UpstreamError
 from gateway.upstream.http import HttpUpstream
-from gateway.upstream.routing import RoutingConfig
 from tests.engine.prompts import CAPITAL_QUESTION
 from tests.gateway.conftest import MAX_MODEL_LEN
 from tests.gateway.servers import MODEL, Server, free_port, metric
 
 pytestmark = pytest.mark.slow  # starts a server of its own
-ROUND_ROBIN = RoutingConfig(policy="round_robin")  # the same prompt to each in turn
+ROUND_ROBIN = BalancerConfig(policy="round_robin")  # the same prompt to each in turn
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_greedy_answers_match_and_round_robin_uses_both(servers, caplog):
         async with pool([servers[0].url]) as one, pool([servers[1].url]) as two:
             first = answer(await collect(one, job(one)))
             second = answer(await collect(two, job(two)))
-        async with pool([s.url for s in servers], routing=ROUND_ROBIN) as both:
+        async with pool([s.url for s in servers], balancer=ROUND_ROBIN) as both:
             caplog.clear()
             answers = [answer(await collect(both, job(both))) for _ in range(4)]
         return first, second, answers
@@ -260,7 +260,7 @@ def test_killed_server_fails_over_and_comes_back_after_restart(servers, caplog):
 
     async def fail_over() -> None:
         # A long health interval: the dead server is found by a request, which is retried.
-        async with pool(urls, health_interval=60.0, routing=ROUND_ROBIN) as upstream:
+        async with pool(urls, health_interval=60.0, balancer=ROUND_ROBIN) as upstream:
             assert all(s.healthy for s in upstream._servers)
             victim.stop(signal.SIGKILL)
             caplog.clear()
@@ -270,7 +270,7 @@ def test_killed_server_fails_over_and_comes_back_after_restart(servers, caplog):
             assert answered_by(caplog) == [survivor.port] * 2
 
     async def come_back() -> None:
-        async with pool(urls, health_interval=0.5, routing=ROUND_ROBIN) as upstream:
+        async with pool(urls, health_interval=0.5, balancer=ROUND_ROBIN) as upstream:
             assert [s.healthy for s in upstream._servers] == [False, True]
             victim.start()
             await asyncio.to_thread(victim.wait_ready, 120)

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from gateway.upstream.base import Delta
-from gateway.upstream.http import _parse_sse
+from gateway.upstream.openai_wire import parse_sse
 from tests.gateway.conftest import chat_body, messages, settle
 from tests.gateway.servers import MODEL
 
@@ -117,7 +117,7 @@ def test_an_upstreams_cached_tokens_are_read_where_it_sends_them(
     sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
 
     async def final() -> Delta:
-        return [d async for d in _parse_sse(httpx.Response(200, content=sse.encode()), {})][-1]
+        return [d async for d in parse_sse(httpx.Response(200, content=sse.encode()))][-1]
 
     delta = asyncio.run(final())
     assert (delta.prompt_tokens, delta.cached_tokens) == (40, cached)

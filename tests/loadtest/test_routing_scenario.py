@@ -1,6 +1,6 @@
 """The pieces of the routing scenarios that need no servers: how their sides' gateways
 and engine servers are started, how the rag questions draw their contexts, and the
-engine servers' table from two scrapes (tests/gateway/test_upstream_routing.py routes
+engine servers' table from two scrapes (tests/gateway/test_balancer_engines.py routes
 over real servers)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Settings per upstream group (gateway/group_settings.py): the gateway-wide defaults,
-each group's own values from flags, the environment and the config file, merged value by
-value, checked at start, and what the upstreams are built with."""
+"""Settings per upstream group (gateway/upstream/group_settings.py): the gateway-wide
+defaults, each group's own values from flags, the environment and the config file, merged
+value by value, checked at start, and what the upstreams are built with."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 from cli import serve_command
 from cli.main import build_parser
 from cli.serve_command import _settings
-from gateway.group_settings import GroupSettings
 from gateway.metrics import GatewayMetrics
 from gateway.runtime import build_upstream
 from gateway.settings import Settings
+from gateway.upstream.balancer import POLICIES, BalancerConfig
+from gateway.upstream.group_settings import GroupSettings
 from gateway.upstream.http import HttpUpstream
-from gateway.upstream.routing import POLICIES, RoutingConfig
 
 LLAMA, QWEN = "llama-3-8b", "qwen:7b"  # a colon in a model name, as Ollama's
 
@@ -42,13 +42,13 @@ def test_defaults_then_a_groups_own_values_from_flags():
         "--upstream-setting", f"{QWEN}:api_key=sk-qwen;{QWEN}:session_affinity=on",
         "--upstream-header",
     )  # fmt: skip
-    defaults = RoutingConfig("least_load", 3.0, False, 1000)
+    defaults = BalancerConfig("least_load", 3.0, False, 1000)
     assert settings.group(None) == GroupSettings(defaults, 30.0, "sk-all")
     assert settings.group(LLAMA) == GroupSettings(
-        RoutingConfig("prefix", 3.0, False, 1000), 30.0, "sk-all", [2.0, 1.0]
+        BalancerConfig("prefix", 3.0, False, 1000), 30.0, "sk-all", [2.0, 1.0]
     )
     qwen = settings.group(QWEN)
-    assert qwen.api_key == "sk-qwen" and qwen.routing.session_affinity
+    assert qwen.api_key == "sk-qwen" and qwen.balancer.session_affinity
     assert settings.upstream_header
 
 
@@ -63,10 +63,10 @@ def test_the_built_upstreams_get_their_groups_settings():
     metrics = GatewayMetrics(lambda: None, lambda: None, lambda: None, list)
     llama, discovered = build_upstream(settings, metrics).targets
     assert isinstance(llama, HttpUpstream) and isinstance(discovered, HttpUpstream)
-    assert llama.routing.config.policy == "round_robin"
+    assert llama.balancer.config.policy == "round_robin"
     assert [h.weight for h in llama.health()] == [3.0, 1.0]
     assert llama._timeout == 7.0
-    assert discovered.routing.config == RoutingConfig()  # prefix, by default
+    assert discovered.balancer.config == BalancerConfig()  # prefix, by default
     assert [h.policy for h in discovered.health()] == ["prefix"]
 
 
@@ -77,7 +77,7 @@ def test_a_groups_settings_from_the_environment():
         "SEMGATE_UPSTREAM_SETTINGS": f"{LLAMA}:timeout=5; {LLAMA}:balance_threshold=0",
     }
     group = Settings.load(env=env).group(LLAMA)
-    assert (group.routing.policy, group.routing.balance_threshold, group.timeout) == (
+    assert (group.balancer.policy, group.balancer.balance_threshold, group.timeout) == (
         "round_robin",
         0.0,
         5.0,
@@ -96,13 +96,13 @@ def test_a_groups_table_in_the_config_file_and_a_flag_changing_one_value(tmp_pat
     settings = Settings.load(path, env={})
     assert settings.upstream_groups[LLAMA] == ["http://a:8000", "http://b:8000"]
     llama = settings.group(LLAMA)
-    assert (llama.routing.policy, llama.weights, llama.api_key, llama.timeout) == (
+    assert (llama.balancer.policy, llama.weights, llama.api_key, llama.timeout) == (
         "prefix",
         [1.0, 3.0],
         "sk-llama",
         60.0,
     )
-    assert settings.group(QWEN).routing.policy == "least_load"
+    assert settings.group(QWEN).balancer.policy == "least_load"
     # A flag changes one value; the file's others stay.
     flagged = cli_settings("--config", str(path), "--upstream-setting", f"{LLAMA}:timeout=9")
     assert (flagged.group(LLAMA).timeout, flagged.group(LLAMA).weights) == (9.0, [1.0, 3.0])

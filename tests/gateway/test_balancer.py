@@ -1,6 +1,6 @@
-"""The routing policies and the prefix table on their own (gateway/upstream/routing.py,
+"""The balancer's policies and the prefix table on their own (gateway/upstream/balancer.py,
 gateway/upstream/prefix_table.py): the choices among servers whose loads the tests set;
-tests/gateway/test_upstream_routing.py runs them against real engine servers."""
+tests/gateway/test_balancer_engines.py runs them against real engine servers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
+from gateway.upstream.balancer import Backend, Balancer, BalancerConfig, BalancerKey, prompt_text
 from gateway.upstream.prefix_table import BLOCK_BYTES, MAX_BLOCKS, PrefixTable, prompt_blocks
-from gateway.upstream.routing import Backend, Balancer, RouteKey, RoutingConfig, render
 
 CONTEXT = "Read the passages below, then answer briefly. " * 40  # some 1,800 bytes
 
@@ -19,7 +19,7 @@ def backends(*names: str, **weights: float) -> list[Backend]:
 
 
 def ask(balancer: Balancer, servers: list[Backend], prompt: str, session: str | None = None):
-    key = balancer.key("m", render([{"role": "user", "content": prompt}]), None, session)
+    key = balancer.key("m", prompt_text([{"role": "user", "content": prompt}]), None, session)
     return balancer.choose(servers, key)
 
 
@@ -64,7 +64,7 @@ def test_blocks_unsent_for_the_ttl_count_as_gone():
 
 
 def test_prefix_sends_a_prompt_start_back_to_its_server_and_new_ones_to_the_emptiest():
-    balancer = Balancer(RoutingConfig(policy="prefix"))
+    balancer = Balancer(BalancerConfig(policy="prefix"))
     servers = backends("a", "b")
     first = ask(balancer, servers, CONTEXT + "Who?")
     other = ask(balancer, servers, "Another context entirely. " * 40 + "Who?")
@@ -76,7 +76,7 @@ def test_prefix_sends_a_prompt_start_back_to_its_server_and_new_ones_to_the_empt
 
 
 def test_past_the_balance_threshold_the_least_loaded_server_answers():
-    balancer = Balancer(RoutingConfig(policy="prefix", balance_threshold=2))
+    balancer = Balancer(BalancerConfig(policy="prefix", balance_threshold=2))
     a, b = servers = backends("a", "b")
     assert ask(balancer, servers, CONTEXT + "Who?") is a
     a.in_flight = 2  # by 2: not more than the threshold
@@ -91,7 +91,7 @@ def test_past_the_balance_threshold_the_least_loaded_server_answers():
 
 
 def test_load_is_per_unit_of_weight_and_counts_other_clients_once():
-    balancer = Balancer(RoutingConfig(policy="least_load"))
+    balancer = Balancer(BalancerConfig(policy="least_load"))
     a, b = servers = backends("a", "b", a=2.0)
     a.in_flight, b.in_flight = 3, 2  # 1.5 and 2 per unit of weight
     assert ask(balancer, servers, "hi") is a
@@ -104,7 +104,7 @@ def test_load_is_per_unit_of_weight_and_counts_other_clients_once():
 
 
 def test_round_robin_takes_turns_in_proportion_to_the_weights():
-    balancer = Balancer(RoutingConfig(policy="round_robin"))
+    balancer = Balancer(BalancerConfig(policy="round_robin"))
     servers = backends("a", "b", "c", a=2.0)
     picks = Counter(ask(balancer, servers, CONTEXT).name for _ in range(40))
     assert picks == {"a": 20, "b": 10, "c": 10}
@@ -113,7 +113,7 @@ def test_round_robin_takes_turns_in_proportion_to_the_weights():
 
 @pytest.mark.parametrize("policy", ["round_robin", "least_load", "prefix"])
 def test_a_session_stays_on_its_server_while_it_is_healthy(policy: str):
-    balancer = Balancer(RoutingConfig(policy=policy))
+    balancer = Balancer(BalancerConfig(policy=policy))
     servers = backends("a", "b")
     first = ask(balancer, servers, "Start of a conversation.", session="s1")
     first.in_flight = 5  # busy: a session stays all the same
@@ -128,14 +128,14 @@ def test_a_session_stays_on_its_server_while_it_is_healthy(policy: str):
 
 
 def test_without_session_affinity_a_session_is_routed_as_any_request():
-    balancer = Balancer(RoutingConfig(policy="round_robin", session_affinity=False))
+    balancer = Balancer(BalancerConfig(policy="round_robin", session_affinity=False))
     servers = backends("a", "b")
     picks = {ask(balancer, servers, "hi", session="s1").name for _ in range(2)}
     assert picks == {"a", "b"}
 
 
 def test_a_retry_counts_as_fallback_and_a_dead_servers_prefixes_are_forgotten():
-    balancer = Balancer(RoutingConfig(policy="prefix"))
+    balancer = Balancer(BalancerConfig(policy="prefix"))
     a, b = backends("a", "b")
     key = balancer.key("m", CONTEXT, None, None)
     assert balancer.choose([a, b], key) is a
@@ -146,10 +146,12 @@ def test_a_retry_counts_as_fallback_and_a_dead_servers_prefixes_are_forgotten():
     assert b.chosen == Counter(fallback=1, prefix=1)
 
 
-def test_routing_settings_are_checked():
+def test_balancer_settings_are_checked():
     with pytest.raises(ValueError, match="policy must be one of round_robin, least_load, prefix"):
-        RoutingConfig(policy="random")
+        BalancerConfig(policy="random")
     with pytest.raises(ValueError, match="balance_threshold must be >= 0"):
-        RoutingConfig(balance_threshold=-1)
+        BalancerConfig(balance_threshold=-1)
     # Only prefix hashes prompts.
-    assert Balancer(RoutingConfig(policy="least_load")).key("m", CONTEXT, None, None) == RouteKey()
+    assert (
+        Balancer(BalancerConfig(policy="least_load")).key("m", CONTEXT, None, None) == BalancerKey()
+    )

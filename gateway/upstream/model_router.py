@@ -1,4 +1,4 @@
-"""Routing by model: one `Upstream` over several (the in-process engine, groups of remote
+"""The model router: one `Upstream` over several (the in-process engine, groups of remote
 servers that serve one model each, pools of servers whose models are discovered), each
 request going to the one that serves its model. Aliases give served models more public
 names: a request under an alias runs as its target (the name the upstream is sent, and

@@ -1,5 +1,6 @@
-"""Which of a group's servers answers a request (gateway/upstream/http.py asks for each
-choice among the healthy servers of the request's model):
+"""The balancer: which of an upstream's servers answers a request (gateway/upstream/http.py
+asks it for each choice among the healthy servers of the request's model; which upstream
+serves a model is the model router's choice, gateway/upstream/model_router.py):
 
 - `round_robin`: turns, in proportion to the servers' weights;
 - `least_load`: the lowest load per unit of weight;
@@ -36,7 +37,7 @@ MAX_SESSIONS = 100_000  # the least recently seen go first
 
 
 @dataclass(frozen=True)
-class RoutingConfig:
+class BalancerConfig:
     policy: str = "prefix"
     balance_threshold: float = 2.0  # in requests per unit of weight
     session_affinity: bool = True
@@ -55,7 +56,7 @@ class RoutingConfig:
 
 @dataclass
 class Backend:
-    """One server as routing sees it."""
+    """One server as the balancer sees it."""
 
     name: str
     weight: float = 1.0
@@ -78,12 +79,12 @@ class Backend:
 
 
 @dataclass(frozen=True)
-class RouteKey:
+class BalancerKey:
     blocks: tuple[int, ...] = ()  # the prompt start's chained block hashes (prefix only)
     session: str | None = None
 
 
-def render(messages: Iterable[Mapping[str, object]]) -> str:
+def prompt_text(messages: Iterable[Mapping[str, object]]) -> str:
     """Chat messages as one text, in order: what the prompt starts with whatever the
     server's chat template (content parts as their JSON)."""
     parts = []
@@ -95,7 +96,7 @@ def render(messages: Iterable[Mapping[str, object]]) -> str:
 
 
 class Balancer:
-    def __init__(self, config: RoutingConfig) -> None:
+    def __init__(self, config: BalancerConfig) -> None:
         self.config = config
         blocks = max(1, config.prefix_capacity * BYTES_PER_TOKEN // BLOCK_BYTES)
         self.prefixes = PrefixTable(blocks, PREFIX_TTL)
@@ -104,15 +105,15 @@ class Balancer:
 
     def key(
         self, model: str, prompt: str | None, salt: str | None, session: str | None
-    ) -> RouteKey:
-        """What a request is routed by: its prompt start (hashed under its model and
+    ) -> BalancerKey:
+        """What a request is balanced by: its prompt start (hashed under its model and
         prefix-cache salt, as the engine keys its blocks) and its session."""
         blocks = ()
         if self.config.policy == "prefix" and prompt:
             blocks = prompt_blocks(f"{model}\0{salt or ''}", prompt)
-        return RouteKey(blocks, session if self.config.session_affinity else None)
+        return BalancerKey(blocks, session if self.config.session_affinity else None)
 
-    def choose(self, candidates: list[Backend], key: RouteKey, retry: bool = False) -> Backend:
+    def choose(self, candidates: list[Backend], key: BalancerKey, retry: bool = False) -> Backend:
         """One of `candidates` (healthy, untried; at least one) for a request with `key`;
         `retry` after another server failed it. Counts the choice and remembers it."""
         backend, reason = self._bound(candidates, key.session) or self._by_policy(candidates, key)
@@ -139,7 +140,7 @@ class Balancer:
             return None
         return next(((b, "session") for b in candidates if b.name == entry[0]), None)
 
-    def _by_policy(self, candidates: list[Backend], key: RouteKey) -> tuple[Backend, str]:
+    def _by_policy(self, candidates: list[Backend], key: BalancerKey) -> tuple[Backend, str]:
         if self.config.policy == "round_robin":
             return _turn(candidates), "fallback"
         least = min(candidates, key=_by_load)

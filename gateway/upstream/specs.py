@@ -1,14 +1,14 @@
-"""How the routing settings are spelled: upstreams and model aliases (gateway/settings.py
-loads them; gateway/upstream/router.py routes by them).
+"""How upstreams and model aliases are spelled (gateway/settings.py loads them;
+gateway/upstream/model_router.py sends each model's requests where they say).
 
 An upstream spec is `URL[,URL...]` (servers whose models are discovered from their
 /v1/models) or `MODEL=URL[,URL...]` (a group: servers that serve MODEL under that name,
 which is what they are sent). `--upstream` takes one spec and is repeatable;
 SEMGATE_UPSTREAMS holds specs separated by `;`; the config file's `upstreams` is a list
 of specs or an `[upstreams]` table of MODEL = URL or [URL, ...], or of `[upstreams.MODEL]`
-tables of `urls` and the group's own settings (gateway/group_settings.py). A spec is a group when
-an `=` comes before any `://` (every URL has a scheme), so plain URL lists parse as
-before. An alias is `PUBLIC=MODEL`: clients ask for PUBLIC, MODEL answers.
+tables of `urls` and the group's own settings (gateway/upstream/group_settings.py). A spec
+is a group when an `=` comes before any `://` (every URL has a scheme), so plain URL lists
+parse as before. An alias is `PUBLIC=MODEL`: clients ask for PUBLIC, MODEL answers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.group_settings import from_config
+from gateway.upstream.group_settings import from_config
 
 GROUP_SEPARATOR = ";"
 
@@ -96,12 +96,12 @@ def parse_aliases(specs: Iterable[str], what: str) -> dict[str, str]:
     return aliases
 
 
-def check_routing(
+def check_upstreams(
     upstreams: list[str], groups: dict[str, list[str]], aliases: dict[str, str]
 ) -> tuple[list[str], dict[str, list[str]]]:
     """The upstreams with their URLs checked and normalised; ValueError for a group or
-    an alias that cannot route (empty names, no URLs, an alias of an alias or of itself,
-    an alias named as a group's model)."""
+    an alias the model router cannot follow (empty names, no URLs, an alias of an alias
+    or of itself, an alias named as a group's model)."""
     plain = [check_url(u.strip(), "upstreams") for u in upstreams if u.strip()]
     checked: dict[str, list[str]] = {}
     for model, urls in groups.items():

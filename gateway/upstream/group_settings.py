@@ -1,6 +1,7 @@
-"""Settings per upstream group: how its servers share its requests (`policy`,
-`balance_threshold`, `session_affinity`, `prefix_capacity`: gateway/upstream/routing.py),
-its `timeout` and `api_key`, and its servers' `weights` (one per URL, in order).
+"""Settings per upstream group: how its balancer shares its requests among its servers
+(`policy`, `balance_threshold`, `session_affinity`, `prefix_capacity`:
+gateway/upstream/balancer.py), its `timeout` and `api_key`, and its servers' `weights`
+(one per URL, in order).
 
 Each defaults to the gateway-wide setting `upstream_<name>` (the servers whose models are
 discovered take those alone). A group's own values come from its table in the config
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.upstream.routing import RoutingConfig
+from gateway.upstream.balancer import BalancerConfig
 
 SEPARATOR = ";"
 # Each setting's type: what a flag's text is read as, and what a config file must give.
@@ -28,12 +29,12 @@ GROUP_SETTINGS: dict[str, type] = {
     "api_key": str,
     "weights": list,
 }
-ROUTING_SETTINGS = ("policy", "balance_threshold", "session_affinity", "prefix_capacity")
+BALANCER_SETTINGS = ("policy", "balance_threshold", "session_affinity", "prefix_capacity")
 
 
 @dataclass(frozen=True)
 class GroupSettings:
-    routing: RoutingConfig
+    balancer: BalancerConfig
     timeout: float = 600.0
     api_key: str | None = field(default=None, repr=False)
     weights: list[float] | None = None  # one per URL; None: equal
@@ -51,10 +52,10 @@ def group_settings(values: Mapping[str, Any], urls: int | None, what: str) -> Gr
     if not values["timeout"] > 0:
         raise ValueError(f"{what}: timeout must be > 0 seconds, got {values['timeout']}")
     try:
-        routing = RoutingConfig(**{name: values[name] for name in ROUTING_SETTINGS})
+        balancer = BalancerConfig(**{name: values[name] for name in BALANCER_SETTINGS})
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from exc
-    return GroupSettings(routing, values["timeout"], values["api_key"], weights)
+    return GroupSettings(balancer, values["timeout"], values["api_key"], weights)
 
 
 def parse_group_settings(specs: Iterable[str], what: str) -> dict[str, dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Routing among real engine servers (two `semgate serve --no-cache` processes): a prompt
+"""The balancer among real engine servers (two `semgate serve --no-cache` processes): a prompt
 start goes back to the server that prefilled it, whose own prefix cache then serves it;
 a loaded server is passed over past the balance threshold; a session stays on its
 server; a killed server costs only what it held, its prompt starts move, and it gets
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from gateway.upstream.balancer import BalancerConfig
 from gateway.upstream.base import CompletionJob, Delta, UpstreamError
 from gateway.upstream.http import HttpUpstream
-from gateway.upstream.routing import RoutingConfig
 from tests.gateway.conftest import up
 from tests.gateway.servers import MODEL, Server, metric
 
@@ -99,7 +99,7 @@ def test_a_loaded_server_is_passed_over_past_the_balance_threshold(engine_pair):
     shared = context()
 
     async def main() -> None:
-        async with pool(engine_pair, routing=RoutingConfig(balance_threshold=1)) as upstream:
+        async with pool(engine_pair, balancer=BalancerConfig(balance_threshold=1)) as upstream:
             one, home = await held(upstream, shared + "Tell the story.")
             two, again = await held(upstream, shared + "Tell another story.")
             assert again == home  # 1 more in flight than the other: within the threshold
@@ -120,7 +120,7 @@ def test_a_loaded_server_is_passed_over_past_the_balance_threshold(engine_pair):
 
 def test_a_session_stays_on_its_server(engine_pair):
     async def main() -> tuple[set[str], set[str]]:
-        async with pool(engine_pair, routing=RoutingConfig(policy="round_robin")) as upstream:
+        async with pool(engine_pair, balancer=BalancerConfig(policy="round_robin")) as upstream:
             turns = {await served(upstream, f"Turn {i}: hello.", session="conv-1")
                      for i in range(4)}  # fmt: skip
             plain = {await served(upstream, f"Turn {i}: hello.") for i in range(2)}

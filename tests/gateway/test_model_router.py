@@ -1,6 +1,6 @@
-"""Routing by model: `--upstream MODEL=URL[,URL...]` groups beside plain URLs, model
-aliases, the in-process engine as one model among them (gateway/upstream/router.py,
-gateway/routing_settings.py): the settings, the router alone, and gateways in front of
+"""The model router: `--upstream MODEL=URL[,URL...]` groups beside plain URLs, model
+aliases, the in-process engine as one model among them (gateway/upstream/model_router.py,
+gateway/upstream/specs.py): the settings, the model router alone, and gateways in front of
 fake upstreams (tests/gateway/fake_upstream.py) driven with the OpenAI SDK."""
 
 from __future__ import annotations
