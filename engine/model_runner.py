@@ -17,8 +17,8 @@ from engine.sampler import Sampler
 from engine.sampling_params import MAX_SEED
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
-from engine.spec.draft import DraftProposer
-from engine.spec.verifier import verify_greedy, verify_sampled
+from engine.speculative.draft import DraftProposer
+from engine.speculative.verifier import verify_greedy, verify_sampled
 
 
 class ModelRunner:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.spec.draft import DraftProposer
-from engine.spec.ngram import NgramProposer
-from engine.spec.speculator import Speculator
+from engine.speculative.draft import DraftProposer
+from engine.speculative.ngram import NgramProposer
+from engine.speculative.speculator import Speculator
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig

@@ -11,9 +11,9 @@ import torch
 from engine.kv_cache import BlockManager
 from engine.metrics import EngineStats
 from engine.sequence import Sequence
-from engine.spec.draft import DraftProposer
-from engine.spec.ngram import NgramProposer
-from engine.spec.policy import SpecPolicy
+from engine.speculative.draft import DraftProposer
+from engine.speculative.ngram import NgramProposer
+from engine.speculative.policy import SpecPolicy
 
 
 class Speculator:
