@@ -122,6 +122,7 @@ class LLMEngine:
         self.speculator = build_speculator(
             config, self.model, self.runner, self.block_manager, self.max_model_len, self.stats
         )
+        self.runner.drafter = self.speculator.drafter if self.speculator is not None else None
         self.runner.capture_graphs()
         log.info(
             "engine ready in %.2fs: %s on %s (%s, weights %s), %d %s KV blocks of %d tokens "
