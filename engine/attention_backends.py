@@ -23,11 +23,6 @@ AUTO_ORDER = ("flash", "cpu", "torch")
 BACKEND_CHOICES = ("auto", *BACKENDS)
 
 
-def unsupported_reasons(spec: AttentionSpec) -> dict[str, str | None]:
-    """Each backend's reason not to serve this model (None: it can)."""
-    return {name: cls.unsupported(spec) for name, cls in BACKENDS.items()}
-
-
 def select_attention_backend(name: str, spec: AttentionSpec) -> AttentionBackend:
     """The named backend (a ValueError saying why if it cannot serve the model), or for
     "auto" the best one that can."""
