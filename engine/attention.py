@@ -12,8 +12,9 @@ flash_attention.py); engine/attention_backends.py is their registry.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 import torch
@@ -61,29 +62,43 @@ class AttentionMetadataBuilder(Protocol):
     def build(self, batch: AttentionBatch) -> Any: ...
 
 
-class AttentionBackend(Protocol):
-    name: str
+class AttentionBackend(ABC):
+    """An attention backend, and what the backends share: the common cache layout,
+    [2 (k, v), num_blocks, block_size, kv_heads, head_dim] per layer, in the KV cache
+    dtype on the model's device (flash-attn's paged layout: K and V each [num_pages,
+    page_size, kv_heads, head_dim]), and how the registry asks a backend class about a
+    model."""
+
+    name: ClassVar[str]
     # What the backend needs of the batch: its queries of at most max_short_query tokens
     # first (0: rows in any order), and a block size that is a multiple of
     # block_size_multiple (preferred_block_size when the config sets none). InputBatch
     # orders the rows and checks the block size.
-    max_short_query: int
-    block_size_multiple: int
-    preferred_block_size: int
+    max_short_query: ClassVar[int]
+    block_size_multiple: ClassVar[int]
+    preferred_block_size: ClassVar[int]
     # Whether a decode step's metadata has the same tensors, shapes and host values for
     # every step of one batch size, so that the step can be captured as a CUDA graph.
-    graphable: bool
+    graphable: ClassVar[bool]
 
-    def allocate_kv_cache(
-        self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
-    ) -> list[torch.Tensor]:
-        """Each layer's cache, in the layout this backend reads."""
-        ...
+    def __init__(self, spec: AttentionSpec) -> None:
+        self.spec = spec
 
+    @staticmethod
+    @abstractmethod
+    def unsupported(spec: AttentionSpec) -> str | None:
+        """Why this backend cannot serve a model of this spec, or None if it can."""
+
+    @classmethod
+    def create(cls, spec: AttentionSpec) -> Self:
+        """The backend for a model that `unsupported` accepted."""
+        return cls(spec)
+
+    @abstractmethod
     def metadata_builder(self, limits: StepLimits) -> AttentionMetadataBuilder:
         """A builder of this backend's metadata into its own persistent buffers."""
-        ...
 
+    @abstractmethod
     def forward(
         self,
         q: torch.Tensor,
@@ -91,26 +106,18 @@ class AttentionBackend(Protocol):
         v: torch.Tensor,
         kv_cache: torch.Tensor,
         meta: Any,
-    ) -> torch.Tensor: ...
+    ) -> torch.Tensor:
+        """Writes the step's k and v into their cache slots and attends: [tokens, heads *
+        head_dim]. `meta` is what this backend's metadata builder built for the step."""
 
-
-class PagedLayout:
-    """The base of the backends: the common cache layout, [2 (k, v), num_blocks,
-    block_size, kv_heads, head_dim] per layer, in the KV cache dtype on the model's
-    device (flash-attn's paged layout: K and V each [num_pages, page_size, kv_heads,
-    head_dim]), and how the registry asks a backend class about a model."""
-
-    def __init__(self, spec: AttentionSpec) -> None:
-        self.spec = spec
-
-    @staticmethod
-    def unsupported(spec: AttentionSpec) -> str | None:
-        """Why this backend cannot serve a model of this spec, or None if it can."""
-        raise NotImplementedError
-
-    @classmethod
-    def create(cls, spec: AttentionSpec) -> PagedLayout:
-        return cls(spec)
+    def allocate_kv_cache(
+        self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+    ) -> list[torch.Tensor]:
+        """Each layer's cache, in the layout this backend reads."""
+        s = self.spec
+        return allocate_kv_cache(
+            num_layers, num_blocks, block_size, num_kv_heads, head_dim, s.kv_cache_dtype, s.device
+        )
 
     @staticmethod
     def write_kv(
@@ -125,11 +132,3 @@ class PagedLayout:
         k_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
         v_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
         return k_cache, v_cache
-
-    def allocate_kv_cache(
-        self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
-    ) -> list[torch.Tensor]:
-        s = self.spec
-        return allocate_kv_cache(
-            num_layers, num_blocks, block_size, num_kv_heads, head_dim, s.kv_cache_dtype, s.device
-        )

@@ -7,12 +7,12 @@ flash-attn-4 on an NVIDIA GPU, semgate's C kernel on a CPU, SDPA anywhere.
 
 from __future__ import annotations
 
-from engine.attention import AttentionBackend, AttentionSpec, PagedLayout
+from engine.attention import AttentionBackend, AttentionSpec
 from engine.cpu_attention import CpuAttention
 from engine.flash_attention import FlashAttention, FlashReferenceAttention
 from engine.torch_attention import TorchAttention
 
-BACKENDS: dict[str, type[PagedLayout]] = {
+BACKENDS: dict[str, type[AttentionBackend]] = {
     "flash": FlashAttention,
     "cpu": CpuAttention,
     "torch": TorchAttention,
@@ -21,11 +21,6 @@ BACKENDS: dict[str, type[PagedLayout]] = {
 }
 AUTO_ORDER = ("flash", "cpu", "torch")
 BACKEND_CHOICES = ("auto", *BACKENDS)
-
-
-def unsupported_reasons(spec: AttentionSpec) -> dict[str, str | None]:
-    """Each backend's reason not to serve this model (None: it can)."""
-    return {name: cls.unsupported(spec) for name, cls in BACKENDS.items()}
 
 
 def select_attention_backend(name: str, spec: AttentionSpec) -> AttentionBackend:
@@ -39,7 +34,7 @@ def select_attention_backend(name: str, spec: AttentionSpec) -> AttentionBackend
         cls = BACKENDS[candidate]
         reason = cls.unsupported(spec)
         if reason is None:
-            return cls.create(spec)  # type: ignore[return-value]  (each one is a backend)
+            return cls.create(spec)
         if name != "auto":
             raise ValueError(f"attention backend {name!r} {reason}")
     raise AssertionError("the torch backend supports every model")

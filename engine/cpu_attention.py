@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import torch
 
-from engine.attention import AttentionBatch, AttentionSpec, PagedLayout, StepLimits
+from engine.attention import AttentionBackend, AttentionBatch, AttentionSpec, StepLimits
 from engine.cpu_kernels import cpu_kernel
 from engine.staged_buffer import StagedBuffer
 
@@ -74,7 +74,7 @@ class CpuMetadataBuilder:
         )
 
 
-class CpuAttention(PagedLayout):
+class CpuAttention(AttentionBackend):
     """Keys transposed within each block ([block][kv_head][dim][slot]), values as
     written ([block][slot][kv_head][dim]), in one [2, blocks, block_size, kv_heads, dim]
     tensor a layer: the bytes are the common layout's, their order the kernel's."""
@@ -101,7 +101,7 @@ class CpuAttention(PagedLayout):
         return None
 
     @classmethod
-    def create(cls, spec: AttentionSpec) -> CpuAttention:
+    def create(cls, spec: AttentionSpec) -> Self:
         kernel = cpu_kernel("paged_attention", spec.device, spec.dtype)
         assert kernel is not None
         return cls(spec, kernel)

@@ -17,10 +17,11 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Self
 
 import torch
 
-from engine.attention import AttentionBatch, AttentionSpec, PagedLayout, StepLimits
+from engine.attention import AttentionBackend, AttentionBatch, AttentionSpec, StepLimits
 from engine.flash_reference import flash_attn_varlen_reference
 from engine.staged_buffer import StagedBuffer
 
@@ -79,7 +80,7 @@ def flash_kernel() -> VarlenFunc | None:
     return flash_attn_varlen_func
 
 
-class FlashAttention(PagedLayout):
+class FlashAttention(AttentionBackend):
     name = "flash"
     max_short_query = 0  # cu_seqlens_q takes the rows in any order
     block_size_multiple = 16
@@ -111,7 +112,7 @@ class FlashAttention(PagedLayout):
         return None
 
     @classmethod
-    def create(cls, spec: AttentionSpec) -> FlashAttention:
+    def create(cls, spec: AttentionSpec) -> Self:
         kernel = flash_kernel()
         assert kernel is not None
         return cls(spec, kernel)
@@ -155,5 +156,5 @@ class FlashReferenceAttention(FlashAttention):
         return None
 
     @classmethod
-    def create(cls, spec: AttentionSpec) -> FlashReferenceAttention:
+    def create(cls, spec: AttentionSpec) -> Self:
         return cls(spec, flash_attn_varlen_reference)

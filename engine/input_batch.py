@@ -71,19 +71,18 @@ class InputBatch:
             )
         self.attention = attention
         self.block_size = block_size
-        self.max_num_tokens = max_num_tokens
-        self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
-        self.null_block = null_block
         # Blocks of the longest sequence, pad tokens past its end included.
-        self.max_blocks = -(-(max_model_len + max_pad_tokens) // block_size)
+        max_blocks = -(-(max_model_len + max_pad_tokens) // block_size)
+        # The largest step: these buffers' capacities, and the backend builder's.
+        self.limits = StepLimits(max_num_seqs, max_num_tokens, max_blocks, block_size, null_block)
         self.input_ids = StagedBuffer(max_num_tokens, device)
         self.positions = StagedBuffer(max_num_tokens, device)
         self.slot_mapping = StagedBuffer(max_num_tokens, device)
         self.logit_rows = StagedBuffer(max_num_tokens, device)
         # Host only: what the attention metadata is derived from. Row i of a step's
         # [n, width] tables is entries i * width ..: the view is contiguous.
-        self.block_tables = np.zeros(max_num_seqs * self.max_blocks, dtype=np.int64)
+        self.block_tables = np.zeros(max_num_seqs * max_blocks, dtype=np.int64)
         self.query_lens = np.zeros(max_num_seqs, dtype=np.int64)
         self.starts = np.zeros(max_num_seqs, dtype=np.int64)
         self.context_lens = np.zeros(max_num_seqs, dtype=np.int64)
@@ -92,8 +91,7 @@ class InputBatch:
         self.is_pad = np.zeros(max_num_tokens, dtype=bool)
         # Token offsets, and a step of decodes' query starts (0 .. n).
         self.arange = np.arange(max(max_num_tokens, max_num_seqs + 1), dtype=np.int64)
-        limits = StepLimits(max_num_seqs, max_num_tokens, self.max_blocks, block_size, null_block)
-        self.metadata = attention.metadata_builder(limits)
+        self.metadata = attention.metadata_builder(self.limits)
         # The host buffers are rewritten by the next build: it first waits until this
         # build's copies have read them (a step that samples syncs anyway, a step of
         # prefill chunks alone does not).
@@ -149,7 +147,7 @@ class InputBatch:
             np.greater_equal(positions, (ctx - pads)[row_of], out=is_pad)
             # Pads write the null block, never a real one; past the context length
             # they take its last position (their outputs are never read).
-            slots[is_pad] = self.null_block * bs + positions[is_pad] % bs
+            slots[is_pad] = self.limits.null_block * bs + positions[is_pad] % bs
             np.minimum(positions, self.max_model_len - 1, out=positions)
         logit_rows: list[int] = []
         for i, row in enumerate(rows):
@@ -186,11 +184,12 @@ class InputBatch:
     def _check_fits(self, num_tokens: int, n: int, width: int) -> None:
         """Raises unless a step of this size fits the buffers; then waits until the
         previous build's copies have read them (a CUDA event)."""
-        if num_tokens > self.max_num_tokens or n > self.max_num_seqs or width > self.max_blocks:
+        lim = self.limits
+        if num_tokens > lim.max_num_tokens or n > lim.max_num_seqs or width > lim.max_blocks:
             raise ValueError(
                 f"a step of {num_tokens} tokens, {n} sequences and {width} blocks a sequence "
-                f"exceeds the input batch's {self.max_num_tokens}, {self.max_num_seqs} "
-                f"and {self.max_blocks}"
+                f"exceeds the input batch's {lim.max_num_tokens}, {lim.max_num_seqs} "
+                f"and {lim.max_blocks}"
             )
         if self._copied is not None:
             self._copied.synchronize()
@@ -200,7 +199,7 @@ class InputBatch:
         (all of them as one list: one copy into numpy)."""
         n = len(ordered)
         self.table_lens[:n] = tlens
-        null = [self.null_block] * width
+        null = [self.limits.null_block] * width
         flat: list[int] = []
         for row in ordered:
             table = row.block_table

@@ -194,11 +194,6 @@ class BlockManager:
             self.cached.setdefault(block_hash, block.block_id)
 
 
-def slot_of(block_table: list[int], position: int, block_size: int) -> int:
-    """The flat KV-cache slot of a token position: its block's first slot plus the offset."""
-    return block_table[position // block_size] * block_size + position % block_size
-
-
 def kv_cache_bytes_per_block(
     num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
 ) -> int:

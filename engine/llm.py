@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from engine.config import EngineConfig
 from engine.core_process import (
@@ -65,11 +65,12 @@ class LLM:
         prompts: Prompt | Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]  # type: ignore[list-item]
-        plist = _per_prompt(params or SamplingParams(), len(prompts))
+        # One prompt is text, or a list of token ids: a list whose first item is an int.
+        one = isinstance(prompts, str) or bool(prompts and isinstance(prompts[0], int))
+        batch = [cast(Prompt, prompts)] if one else cast(Sequence[Prompt], prompts)
+        plist = _per_prompt(params or SamplingParams(), len(batch))
         # Validate every prompt before any runs, so a bad one leaves no half batch.
-        seqs = [self.engine.make_sequence(p, sp) for p, sp in zip(prompts, plist, strict=True)]
+        seqs = [self.engine.make_sequence(p, sp) for p, sp in zip(batch, plist, strict=True)]
         for seq in seqs:
             self._add(seq)
         final: dict[str, RequestOutput] = {}
@@ -124,9 +125,9 @@ class LLM:
         conversations: Messages | Sequence[Messages],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
-        if conversations and isinstance(conversations[0], dict):
-            conversations = [conversations]  # type: ignore[list-item]
-        prompts = [self.tokenizer.apply_chat_template(c) for c in conversations]
+        one = bool(conversations and isinstance(conversations[0], dict))  # a list of messages
+        batch = [cast(Messages, conversations)] if one else cast(Sequence[Messages], conversations)
+        prompts = [self.tokenizer.apply_chat_template(c) for c in batch]
         return self.generate(prompts, params)
 
 

@@ -21,7 +21,7 @@ from engine.outputs import CoreOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSequence, Scheduler
 from engine.sequence import Sequence, Status
-from engine.spec import Speculator, build_speculator
+from engine.speculative import Speculator, build_speculator
 from engine.step_window import StepTime, StepWindow
 from engine.tokenizer import Tokenizer
 
@@ -122,6 +122,7 @@ class LLMEngine:
         self.speculator = build_speculator(
             config, self.model, self.runner, self.block_manager, self.max_model_len, self.stats
         )
+        self.runner.drafter = self.speculator.drafter if self.speculator is not None else None
         self.runner.capture_graphs()
         log.info(
             "engine ready in %.2fs: %s on %s (%s, weights %s), %d %s KV blocks of %d tokens "

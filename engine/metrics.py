@@ -91,6 +91,13 @@ class EngineStats:
     steps: StepWindowStats = field(default_factory=lambda: StepWindowStats(0.0))
 
     @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Of the prompt tokens looked up in the prefix cache, the share found there."""
+        if not self.prefix_cache_queries:
+            return None
+        return self.prefix_cache_hits / self.prefix_cache_queries
+
+    @property
     def spec_acceptance_rate(self) -> float | None:
         if not self.spec_draft_tokens:
             return None

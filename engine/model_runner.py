@@ -17,8 +17,8 @@ from engine.sampler import Sampler
 from engine.sampling_params import MAX_SEED
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
-from engine.spec.draft import DraftProposer
-from engine.spec.verifier import verify_greedy, verify_sampled
+from engine.speculative.draft import DraftProposer
+from engine.speculative.verifier import verify_greedy, verify_sampled
 
 
 class ModelRunner:
@@ -78,7 +78,9 @@ class ModelRunner:
             )
         )
         self.sampler = Sampler(device, seed)
-        self.drafter: DraftProposer | None = None  # set by the engine for draft-model spec
+        # A draft model's proposer, given by the engine that built it: each step writes a
+        # separate draft's KV for the tokens the target computed. None without one.
+        self.drafter: DraftProposer | None = None
 
     def capture_graphs(self) -> None:
         """Captures the decode steps' CUDA graphs (on CUDA, unless enforce_eager)."""

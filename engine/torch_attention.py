@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.attention import AttentionBatch, AttentionSpec, PagedLayout, StepLimits
+from engine.attention import AttentionBackend, AttentionBatch, AttentionSpec, StepLimits
 from engine.staged_buffer import StagedBuffer
 
 # Queries up to this long join the padded batch; longer ones (prefill chunks) are
@@ -71,7 +71,7 @@ class TorchAttentionMetadata:
     chunks: list[_Chunk]
 
 
-class TorchAttention(PagedLayout):
+class TorchAttention(AttentionBackend):
     """SDPA over the paged cache: gathers each sequence's blocks, runs anywhere."""
 
     name = "torch"

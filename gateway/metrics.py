@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from cache import CacheStats
 from cache.stats import SIMILARITY_BUCKETS
-from engine import RequestMetrics
+from engine import EngineStats, RequestMetrics
 from gateway.upstream import EngineGauges, UpstreamHealth
 from gateway.upstream.balancer import REASONS
 
@@ -159,19 +159,20 @@ def _bypasses(passed_through: Mapping[str, int], s: CacheStats | None) -> Metric
 def _engine_metrics(g: EngineGauges) -> Iterator[Metric]:
     """The in-process engine's gauges and counters, labelled with its model (vLLM's
     `model_name`)."""
+    s = g.stats or EngineStats()  # a core that is down has no load: zeros
     for kind, name, doc, value in (
         (GaugeMetricFamily, "num_requests_running", "Requests in the engine's running batch.",
-         g.running),
+         s.num_running),
         (GaugeMetricFamily, "num_requests_waiting", "Requests waiting for the engine.",
-         g.waiting),
+         s.num_waiting),
         (GaugeMetricFamily, "kv_cache_usage_perc", "Fraction of KV-cache blocks in use.",
-         g.kv_cache_usage),
+         s.kv_cache_usage),
         (CounterMetricFamily, "prefix_cache_queries",
-         "Prompt tokens looked up in the prefix cache.", g.prefix_cache_queries),
+         "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries),
         (CounterMetricFamily, "prefix_cache_hits", "Prompt tokens found in the prefix cache.",
-         g.prefix_cache_hits),
+         s.prefix_cache_hits),
         (CounterMetricFamily, "num_preemptions",
-         "Running requests sent back to wait when KV blocks ran out.", g.num_preemptions),
+         "Running requests sent back to wait when KV blocks ran out.", s.num_preemptions),
     ):  # fmt: skip
         family = kind(f"semgate_{name}", doc, labels=["model_name"])
         family.add_metric([g.model], value)
@@ -185,8 +186,8 @@ def _engine_metrics(g: EngineGauges) -> Iterator[Metric]:
     for cause in ("exited", "hung"):
         restarts.add_metric([g.model, cause], g.core_restarts.get(cause, 0))
     yield restarts
-    if g.spec_method is not None:
-        yield from _spec_metrics(g)
+    if s.spec_method is not None:
+        yield from _spec_metrics(g.model, s.spec_method, s)
 
 
 def _upstream_metrics(servers: list[UpstreamHealth]) -> Iterator[Metric]:
@@ -245,17 +246,17 @@ def _similarity_histogram(s: CacheStats) -> Metric:
     )
 
 
-def _spec_metrics(g: EngineGauges) -> Iterator[Metric]:
+def _spec_metrics(model: str, method: str, s: EngineStats) -> Iterator[Metric]:
     """vLLM's spec_decode counters, labelled by method; rates follow from them."""
     for name, doc, value in (
-        ("num_drafts", "Verifications of at least one proposed token.", g.spec_num_drafts),
-        ("num_draft_tokens", "Tokens proposed.", g.spec_draft_tokens),
-        ("num_accepted_tokens", "Proposed tokens accepted.", g.spec_accepted_tokens),
+        ("num_drafts", "Verifications of at least one proposed token.", s.spec_num_drafts),
+        ("num_draft_tokens", "Tokens proposed.", s.spec_draft_tokens),
+        ("num_accepted_tokens", "Proposed tokens accepted.", s.spec_accepted_tokens),
     ):
         family = CounterMetricFamily(
             f"semgate_spec_decode_{name}", doc, labels=["model_name", "method"]
         )
-        family.add_metric([g.model, g.spec_method], value)
+        family.add_metric([model, method], value)
         yield family
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import msgspec
 from litestar import get
 
+from engine.metrics import EngineStats
 from engine.step_window import StepWindowStats
 from gateway.errors import APIError
 from gateway.openapi_docs import error_responses
 from gateway.runtime import Runtime
+from gateway.upstream import EngineGauges
 
 
 class StepKindView(msgspec.Struct):
@@ -40,6 +42,23 @@ class EngineStatsView(msgspec.Struct):
     spec_acceptance_rate: float | None  # of proposed tokens since start
     last_minute: LastMinuteView
 
+    @classmethod
+    def of(cls, g: EngineGauges, s: EngineStats) -> EngineStatsView:
+        """The gauges of a running engine (`s`: their stats) in this view's units."""
+        return cls(
+            model=g.model,
+            attention_backend=g.attention_backend,
+            decode_steps=g.decode_steps,
+            running=s.num_running,
+            waiting=s.num_waiting,
+            kv_cache_usage=round(s.kv_cache_usage, 4),
+            num_preemptions=s.num_preemptions,
+            prefix_cache_hit_rate=_round(s.prefix_cache_hit_rate),
+            spec_method=s.spec_method,
+            spec_acceptance_rate=_round(s.spec_acceptance_rate),
+            last_minute=last_minute(s.steps),
+        )
+
 
 def _kind(steps: int, seconds: float, tokens: int, total: float) -> StepKindView:
     return StepKindView(
@@ -61,8 +80,8 @@ def last_minute(w: StepWindowStats) -> LastMinuteView:
     )
 
 
-def _rate(part: int, whole: int) -> float | None:
-    return round(part / whole, 4) if whole else None
+def _round(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 4)
 
 
 @get(
@@ -79,19 +98,7 @@ async def engine_stats(runtime: Runtime) -> EngineStatsView:
             code="no_engine",
         )
     g = runtime.upstream.gauges()
-    if g is None or g.steps is None:  # loading, or its core is being restarted
+    if g is None or g.stats is None:  # loading, or its core is being restarted
         why = runtime.upstream.failure or "the model is still loading"
         raise APIError(503, why, "service_unavailable", "engine_loading", retry_after=2)
-    return EngineStatsView(
-        model=g.model,
-        attention_backend=g.attention_backend,
-        decode_steps=g.decode_steps,
-        running=g.running,
-        waiting=g.waiting,
-        kv_cache_usage=round(g.kv_cache_usage, 4),
-        num_preemptions=g.num_preemptions,
-        prefix_cache_hit_rate=_rate(g.prefix_cache_hits, g.prefix_cache_queries),
-        spec_method=g.spec_method,
-        spec_acceptance_rate=_rate(g.spec_accepted_tokens, g.spec_draft_tokens),
-        last_minute=last_minute(g.steps),
-    )
+    return EngineStatsView.of(g, g.stats)

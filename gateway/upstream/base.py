@@ -10,8 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from engine.metrics import EngineStats
 from engine.sampling_params import SamplingParams
-from engine.step_window import StepWindowStats
 from engine.tokenizer import Tokenizer
 from gateway.errors import APIError
 
@@ -80,21 +80,13 @@ class Delta:
 
 @dataclass(frozen=True)
 class EngineGauges:
-    """The in-process engine's load, for /metrics (remote engines export their own)."""
+    """The in-process engine's load, for /metrics and /admin/engine/stats (remote engines
+    export their own): the engine's own stats, and what only the gateway knows."""
 
     model: str  # the served model id: vLLM's `model_name` label
-    running: int = 0
-    waiting: int = 0
-    kv_cache_usage: float = 0.0
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    num_preemptions: int = 0  # running requests sent back to wait (KV blocks ran out)
-    # Speculative decoding, when the engine runs it (method None: off).
-    spec_method: str | None = None
-    spec_num_drafts: int = 0
-    spec_draft_tokens: int = 0
-    spec_accepted_tokens: int = 0
-    steps: StepWindowStats | None = None  # the last minute's step time, prefill vs decode
+    # Its counters, gauges and last minute's steps; None while its core is down (the
+    # dead core's last numbers are nobody's load now).
+    stats: EngineStats | None = None
     attention_backend: str = ""  # the engine's (engine/attention_backends.py)
     decode_steps: str = ""  # how decode steps run: eagerly, or as CUDA graphs of which sizes
     core_restarts: dict[str, int] = field(default_factory=dict)  # by cause: exited, hung

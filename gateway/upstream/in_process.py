@@ -104,20 +104,9 @@ class InProcessEngine:
         restarts = dict(self.core.restarts)
         if not self.ready():  # the dead core's last numbers are nobody's load now
             return EngineGauges(model=self.model_id, core_restarts=restarts)
-        stats = self.llm.get_stats()
         return EngineGauges(
             model=self.model_id,
-            running=stats.num_running,
-            waiting=stats.num_waiting,
-            kv_cache_usage=stats.kv_cache_usage,
-            prefix_cache_queries=stats.prefix_cache_queries,
-            prefix_cache_hits=stats.prefix_cache_hits,
-            spec_method=stats.spec_method,
-            spec_num_drafts=stats.spec_num_drafts,
-            spec_draft_tokens=stats.spec_draft_tokens,
-            spec_accepted_tokens=stats.spec_accepted_tokens,
-            num_preemptions=stats.num_preemptions,
-            steps=stats.steps,
+            stats=self.llm.get_stats(),
             attention_backend=self.llm.attention_backend,
             decode_steps=self.llm.graph_mode,
             core_restarts=restarts,

@@ -9,7 +9,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from engine.attention import AttentionSpec
-from engine.attention_backends import BACKENDS, select_attention_backend, unsupported_reasons
+from engine.attention_backends import BACKENDS, select_attention_backend
 from engine.config import EngineConfig
 from engine.cpu_kernels import cpu_kernels_or_none
 from engine.input_batch import BatchRow, InputBatch
@@ -34,7 +34,7 @@ def test_auto_falls_back_to_sdpa_where_no_kernel_runs():
 
 
 def test_a_backend_named_for_a_model_it_cannot_serve_says_why():
-    reasons = unsupported_reasons(F32)
+    reasons = {name: cls.unsupported(F32) for name, cls in BACKENDS.items()}
     assert reasons["torch"] is None and reasons["flash_reference"] is None
     if not torch.cuda.is_available():
         assert reasons["flash"] == "needs an NVIDIA GPU"

@@ -11,7 +11,7 @@ from engine.attention import AttentionBackend, AttentionSpec
 from engine.attention_backends import select_attention_backend
 from engine.cpu_attention import CpuAttention
 from engine.input_batch import InputBatch, ModelInputs
-from engine.kv_cache import BlockManager, slot_of
+from engine.kv_cache import BlockManager
 from engine.model_runner import batch_row
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSequence
@@ -104,7 +104,7 @@ def test_rows_go_short_first_and_logits_come_back_in_the_given_order():
     ]
     ids = [t for _, tokens, _ in parts for t in tokens]
     positions = [p for _, _, span in parts for p in span]
-    slots = [slot_of(seq.block_table, p, BLOCK) for seq, _, span in parts for p in span]
+    slots = [_slot_of(seq.block_table, p) for seq, _, span in parts for p in span]
     assert inputs.input_ids.tolist() == ids
     assert inputs.positions.tolist() == positions
     assert inputs.attn_meta.slot_mapping.tolist() == slots
@@ -178,3 +178,8 @@ def _values(inputs: ModelInputs) -> list[object]:
         return [value]
 
     return [inputs.input_ids, inputs.positions, inputs.logit_rows, *flat(inputs.attn_meta)]
+
+
+def _slot_of(block_table: list[int], position: int) -> int:
+    """The flat KV-cache slot of a token position: its block's first slot plus the offset."""
+    return block_table[position // BLOCK] * BLOCK + position % BLOCK

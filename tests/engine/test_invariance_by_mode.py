@@ -1,5 +1,5 @@
 """Within each weight mode, greedy output does not depend on scheduling: batching,
-chunked prefill, prefix caching and speculation. test_equivalence.py and test_spec.py
+chunked prefill, prefix caching and speculation. test_equivalence.py and test_speculative.py
 cover the default mode (int4 on CPU, semgate's attention kernel) in depth; these cover
 the other two, int4 over the torch attention backend (SDPA: the fallback where
 semgate's kernels cannot run, whose row invariance rests on padding rules), and int4
@@ -11,7 +11,7 @@ import pytest
 
 from tests.engine.conftest import GREEDY_32
 from tests.engine.prompts import PROMPTS
-from tests.engine.test_spec import GREEDY, MIXED
+from tests.engine.test_speculative import GREEDY, MIXED
 
 pytestmark = pytest.mark.slow  # each prompt runs alone first, in two slower weight modes
 

@@ -5,38 +5,36 @@ what verification kept."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 
 from engine.kv_cache import BlockManager
 from engine.metrics import EngineStats
 from engine.sequence import Sequence
-from engine.spec.draft import DraftProposer
-from engine.spec.ngram import NgramProposer
-from engine.spec.policy import SpecPolicy
+from engine.speculative.draft import DraftProposer
+from engine.speculative.ngram import NgramProposer
+from engine.speculative.policy import SpecPolicy
 
 
+@dataclass(eq=False)
 class Speculator:
-    def __init__(
-        self,
-        max_k: int,
-        block_manager: BlockManager,
-        max_model_len: int,
-        stats: EngineStats,
-        *,
-        ngram: NgramProposer | None = None,
-        drafter: DraftProposer | None = None,
-        description: str = "",
-    ) -> None:
-        self.description = description
-        self.max_k = max_k
-        self.block_manager = block_manager
-        self.max_model_len = max_model_len
-        self.stats = stats
-        self.ngram = ngram
-        self.drafter = drafter
-        self.policy = SpecPolicy(uses_draft_model=drafter is not None)
-        self.draft_probs: dict[str, torch.Tensor] = {}
+    """Proposes with `ngram` or with `drafter` (one of them)."""
+
+    max_k: int
+    block_manager: BlockManager
+    max_model_len: int
+    stats: EngineStats
+    _: KW_ONLY
+    ngram: NgramProposer | None = None
+    drafter: DraftProposer | None = None
+    description: str = ""
+    policy: SpecPolicy = field(init=False)
+    # The draft model's probabilities of each sampled request's latest proposals.
+    draft_probs: dict[str, torch.Tensor] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.policy = SpecPolicy(uses_draft_model=self.drafter is not None)
 
     def cap(self, seq: Sequence) -> int:
         """The most drafts worth proposing: accepted drafts plus the one new token must

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.spec.ngram import NgramIndex
-from engine.spec.policy import PROBE_EVERY, SpecPolicy
+from engine.speculative.ngram import NgramIndex
+from engine.speculative.policy import PROBE_EVERY, SpecPolicy
 
 
 def test_ngram_proposes_what_followed_the_latest_earlier_occurrence():

@@ -10,7 +10,7 @@ from engine import SamplingParams
 from engine.input_batch import BatchRow
 from engine.llm_engine import LLMEngine
 from engine.sampler import sampling_probs
-from engine.spec.verifier import verify_sampled
+from engine.speculative.verifier import verify_sampled
 from tests.engine.prompts import PROMPTS
 
 # Prompts whose continuations repeat or quote their own text, so proposals are made

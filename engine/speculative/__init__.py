@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.spec.draft import DraftProposer
-from engine.spec.ngram import NgramProposer
-from engine.spec.speculator import Speculator
+from engine.speculative.draft import DraftProposer
+from engine.speculative.ngram import NgramProposer
+from engine.speculative.speculator import Speculator
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
@@ -27,6 +27,9 @@ def build_speculator(
     max_model_len: int,
     stats: EngineStats,
 ) -> Speculator | None:
+    """The speculator the config asks for, None without speculation. A draft model's
+    proposer is the speculator's `drafter`: its owner hands it to the runner, whose
+    steps keep a separate draft's KV in step with the target's."""
     method = config.spec_method
     if method is None:
         return None
@@ -41,14 +44,13 @@ def build_speculator(
                 f"up to {config.num_spec_tokens} tokens"
             ),
         )
-    runner.drafter = _drafter(config, model, runner, block_manager.num_blocks, max_model_len)
+    drafter = _drafter(config, model, runner, block_manager.num_blocks, max_model_len)
     name = config.spec_draft_path.name if config.spec_draft_path else "self-draft"
     return Speculator(
         *common,
-        drafter=runner.drafter,
+        drafter=drafter,
         description=(
-            f"draft {name}, {runner.drafter.num_layers} layers, "
-            f"up to {config.num_spec_tokens} tokens"
+            f"draft {name}, {drafter.num_layers} layers, up to {config.num_spec_tokens} tokens"
         ),
     )
 
