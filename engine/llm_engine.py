@@ -21,7 +21,8 @@ from engine.outputs import CoreOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSequence, Scheduler
 from engine.sequence import Sequence, Status
-from engine.speculative import Speculator, build_speculator
+from engine.speculative import Speculator
+from engine.speculator_setup import build_speculator
 from engine.step_window import StepTime, StepWindow
 from engine.tokenizer import Tokenizer
 
