@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from engine.kv_cache import allocate_kv_cache
 
@@ -99,14 +100,7 @@ class AttentionBackend(ABC):
         """A builder of this backend's metadata into its own persistent buffers."""
 
     @abstractmethod
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        kv_cache: torch.Tensor,
-        meta: Any,
-    ) -> torch.Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, kv_cache: Tensor, meta: Any) -> Tensor:
         """Writes the step's k and v into their cache slots and attends: [tokens, heads *
         head_dim]. `meta` is what this backend's metadata builder built for the step."""
 

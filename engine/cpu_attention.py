@@ -20,6 +20,7 @@ from typing import Any, Self
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from engine.attention import AttentionBackend, AttentionBatch, AttentionSpec, StepLimits
 from engine.cpu_kernels import cpu_kernel
@@ -110,13 +111,8 @@ class CpuAttention(AttentionBackend):
         return CpuMetadataBuilder(limits)
 
     def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        kv_cache: torch.Tensor,
-        meta: CpuAttentionMetadata,
-    ) -> torch.Tensor:
+        self, q: Tensor, k: Tensor, v: Tensor, kv_cache: Tensor, meta: CpuAttentionMetadata
+    ) -> Tensor:
         num_tokens, num_heads, head_dim = q.shape
         if kv_cache.dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"the cpu attention backend keeps no {kv_cache.dtype} KV cache")

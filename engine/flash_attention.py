@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Self
 
 import torch
+from torch import Tensor
 
 from engine.attention import AttentionBackend, AttentionBatch, AttentionSpec, StepLimits
 from engine.flash_reference import flash_attn_varlen_reference
@@ -121,13 +122,8 @@ class FlashAttention(AttentionBackend):
         return FlashMetadataBuilder(self.spec.device, limits)
 
     def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        kv_cache: torch.Tensor,
-        meta: FlashAttentionMetadata,
-    ) -> torch.Tensor:
+        self, q: Tensor, k: Tensor, v: Tensor, kv_cache: Tensor, meta: FlashAttentionMetadata
+    ) -> Tensor:
         num_tokens, _, head_dim = q.shape
         k_cache, v_cache = self.write_kv(kv_cache, k, v, meta.slot_mapping)
         out, _ = self.varlen(

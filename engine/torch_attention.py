@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from engine.attention import AttentionBackend, AttentionBatch, AttentionSpec, StepLimits
 from engine.staged_buffer import StagedBuffer
@@ -91,13 +92,8 @@ class TorchAttention(AttentionBackend):
         return TorchMetadataBuilder(self.spec.device, limits)
 
     def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        kv_cache: torch.Tensor,
-        meta: TorchAttentionMetadata,
-    ) -> torch.Tensor:
+        self, q: Tensor, k: Tensor, v: Tensor, kv_cache: Tensor, meta: TorchAttentionMetadata
+    ) -> Tensor:
         num_tokens, num_heads, head_dim = q.shape
         # A cache of another dtype (kv_cache_dtype) stores rounded keys and values;
         # attention runs in the model's dtype on them, widened back.
