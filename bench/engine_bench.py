@@ -141,6 +141,8 @@ class HFReference:
 
         hf_logging.disable_progress_bar()
         path = config.model_path
+        # Any: mypy cannot call the `to` that transformers wraps with functools.wraps.
+        model: Any
         # The GGUF converter draws its own tqdm bar over our progress display.
         with contextlib.redirect_stderr(io.StringIO()):
             if path.suffix == ".gguf":
@@ -209,7 +211,7 @@ def bench_single_stream(
             for side in rotated([run_ours, run_hf], r):
                 side(prompt)
             progress.advance(task)
-    result = {
+    result: dict[str, Any] = {
         "new_tokens": n,
         "prompt_lens": [len(p) for p in prompts],
         "ours_tok_s": median(ours),
@@ -311,6 +313,12 @@ def bench_throughput(
 # 3. Chunked prefill stall
 
 
+def _ttft_ms(metrics: RequestMetrics) -> float:
+    """The time to first token of a request that has one, in ms."""
+    assert metrics.ttft is not None
+    return metrics.ttft * 1000
+
+
 def _itl_stats(itls: Sequence[float]) -> dict[str, float]:
     return {**summary_ms(itls), "max_ms": 1e3 * max(itls)}
 
@@ -351,7 +359,7 @@ def stall_run(
         if any(m.token_times[-1] <= first_token for m in metrics):
             raise ValueError("the streams ended before the long prompt's prefill did")
         result["window"] = _itl_stats(_itls_between(metrics, arrival, first_token))
-        result["long_prompt_ttft_ms"] = seen[long_id].ttft * 1000
+        result["long_prompt_ttft_ms"] = _ttft_ms(seen[long_id])
     return result
 
 
@@ -439,9 +447,9 @@ def bench_prefix(
         cold.append(llm.generate(prefix + base[p : p + s], greedy(1))[0].metrics)
         warm.append(llm.generate(prefix + base[p + s :], greedy(1))[0].metrics)
         progress.advance(task)
-    cold_ms = [m.ttft * 1000 for m in cold]
-    warm_ms = [m.ttft * 1000 for m in warm]
-    result = {
+    cold_ms = [_ttft_ms(m) for m in cold]
+    warm_ms = [_ttft_ms(m) for m in warm]
+    result: dict[str, Any] = {
         "prefix_len": p,
         "prompt_len": p + s,
         "cold_ttft_ms": median(cold_ms),

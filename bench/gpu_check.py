@@ -63,7 +63,9 @@ class Check:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
-    def timed(self, fn: Callable[[], Any]) -> float:
+    # Callable[..., Any]: the callers' lambdas bind loop variables as defaults, which mypy
+    # cannot infer against Callable[[], Any]. timed calls fn without arguments.
+    def timed(self, fn: Callable[..., Any]) -> float:
         self.sync()
         started = time.perf_counter()
         fn()
@@ -92,9 +94,15 @@ class Check:
             ),
         }
 
-    def fp32_agreement(self, path: Path) -> str:
+    def reference(self, path: Path, dtype: torch.dtype) -> Any:
+        """transformers' Llama on the weights at `path`, in eval mode on this device."""
         from transformers import LlamaForCausalLM
 
+        # Any: mypy cannot call the `to` that transformers wraps with functools.wraps.
+        model: Any = LlamaForCausalLM.from_pretrained(path, dtype=dtype)
+        return model.to(self.device).eval()
+
+    def fp32_agreement(self, path: Path) -> str:
         greedy = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
         # Unquantized weights and a float32 KV cache on either device (a CPU's defaults
         # are int4 and bfloat16).
@@ -107,7 +115,7 @@ class Check:
         )
         outs = llm.generate(PROMPTS, greedy)
         release(llm)
-        hf = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
+        hf = self.reference(path, torch.float32)
         same = 0
         with torch.no_grad():
             for out in outs:
@@ -305,8 +313,6 @@ def run_gpu_tests(tokenizer_dir: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, result: dict[str, Any], saved: Callable[[], None]) -> None:
     """Fills `result` stage by stage, calling `saved` after each."""
-    from transformers import LlamaForCausalLM
-
     started = time.perf_counter()
     check = Check(args.device, args.quick)
     result["device"] = check.device_name
@@ -322,7 +328,7 @@ def run(args: argparse.Namespace, result: dict[str, Any], saved: Callable[[], No
     result["fp32_greedy_agreement"] = check.fp32_agreement(path)
     saved()
     dtype = torch.bfloat16 if check.device.type == "cuda" else torch.float32
-    hf = LlamaForCausalLM.from_pretrained(path, dtype=dtype).to(check.device).eval()
+    hf = check.reference(path, dtype)
     rows, tokens1 = check.batch1(path, hf)
     later = rows[1:] or rows
     result["batch1_tok_s_rounds"] = rows

@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -65,7 +66,9 @@ def random_model(tokenizer_dir: Path, shape: str = "smollm2-135m") -> Path:
 
     path = Path(tempfile.gettempdir()) / f"semgate-gpu-{shape}"
     if not (path / "config.json").is_file():
-        config = LlamaConfig(
+        # A dict: transformers 5 takes rope_theta through its legacy keywords (into
+        # rope_parameters), which its signature does not name; 4.x names it.
+        settings: dict[str, Any] = dict(
             vocab_size=49152,
             bos_token_id=1,
             eos_token_id=2,
@@ -75,6 +78,7 @@ def random_model(tokenizer_dir: Path, shape: str = "smollm2-135m") -> Path:
             tie_word_embeddings=True,
             **SHAPES[shape],
         )
+        config = LlamaConfig(**settings)
         torch.manual_seed(0)
         staging = Path(tempfile.mkdtemp(prefix=f"semgate-gpu-{shape}-"))
         LlamaForCausalLM(config).save_pretrained(staging, safe_serialization=True)
@@ -84,9 +88,15 @@ def random_model(tokenizer_dir: Path, shape: str = "smollm2-135m") -> Path:
     return path
 
 
+# q, k, v, cu_seqlens_q, seqused_k, page_table and max_seqlen_q.
+PagedCase = tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int
+]
+
+
 def paged_attention_case(
     device: torch.device, dtype: torch.dtype, page_size: int = 128
-) -> tuple[torch.Tensor, ...]:
+) -> PagedCase:
     """One step's q and a paged cache in flash-attn-4's layout: decodes whose last page
     is partly (or just) filled, a prefill chunk over earlier context, a whole prompt and
     verification rows, SmolLM2's heads (9 query, 3 KV, 64 dims), pages scattered; the
@@ -107,8 +117,10 @@ def paged_attention_case(
     v = torch.randn(num_pages, page_size, 3, 64, generator=gen)
     unused = [p for p in range(num_pages) if p not in table.flatten().tolist()]
     k[unused], v[unused] = float("nan"), float("nan")
-    moved = [t.to(device) for t in (q.to(dtype), k.to(dtype), v.to(dtype), cu, used, table)]
-    return (*moved, int(q_lens.max()))
+    q, k, v, cu, used, table = (
+        t.to(device) for t in (q.to(dtype), k.to(dtype), v.to(dtype), cu, used, table)
+    )
+    return q, k, v, cu, used, table, int(q_lens.max())
 
 
 def fa4_against_reference(dtype: torch.dtype = torch.bfloat16) -> float:
@@ -117,7 +129,7 @@ def fa4_against_reference(dtype: torch.dtype = torch.bfloat16) -> float:
     from flash_attn.cute import flash_attn_varlen_func
 
     q, k, v, cu, used, table, max_q = paged_attention_case(torch.device("cuda"), dtype)
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         cu_seqlens_q=cu, max_seqlen_q=max_q, seqused_k=used, page_table=table, causal=True
     )
     out = flash_attn_varlen_func(q, k, v, **kwargs)

@@ -54,8 +54,8 @@ def host_time_per_decode_step(model: str, streams: int = 64, tokens: int = 256) 
     config = EngineConfig(model, max_num_seqs=streams, num_threads=1, kv_cache_memory=512 << 20)
     engine = LLMEngine(config)
     device = [0.0]
-    engine.model.forward = _counted(engine.model.forward, device)  # type: ignore[method-assign]
-    engine.model.compute_logits = _counted(engine.model.compute_logits, device)  # type: ignore[method-assign]
+    for name in ("forward", "compute_logits"):
+        setattr(engine.model, name, _counted(getattr(engine.model, name), device))
     # Counted as the sampler it is (its generator stays where the runner reads it).
     sampler = engine.runner.sampler
     sampler.__class__ = type(
@@ -86,9 +86,9 @@ def _report(engine: LLMEngine, outputs: list[Any]) -> core_process.StepReport:
     """The report the core process sends after a step. A checkout from before issue 37
     (a --baseline) stepped whole RequestOutputs, which its core converted with
     CoreOutput.of, and its get_stats took no window argument."""
-    core_output = getattr(core_process, "CoreOutput", None)
+    core_output: Any = getattr(core_process, "CoreOutput", None)
     if hasattr(core_output, "of"):
-        outputs = [core_output.of(out) for out in outputs]  # type: ignore[union-attr]
+        outputs = [core_output.of(out) for out in outputs]
         stats = engine.get_stats()
     else:
         stats = engine.get_stats(window=False)

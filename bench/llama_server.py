@@ -80,7 +80,8 @@ class LlamaServer:
         until GET /health answers 200 (the model is loaded)."""
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
-        args = [self.binary, "-m", self.model, "--host", "127.0.0.1", "--port", str(port)]
+        args: list[str | Path] = [self.binary, "-m", self.model]
+        args += ["--host", "127.0.0.1", "--port", str(port)]
         args += ["-t", str(self.threads), "-c", str(self.ctx), "-np", str(self.slots)]
         args += ["--cont-batching"]
         self._logs = tempfile.TemporaryDirectory(prefix="llama-server-")

@@ -27,7 +27,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -47,10 +47,19 @@ from engine.options import DEFAULT_MODEL
 from engine.tokenizer import Tokenizer
 
 DEFAULT_OUT = Path("bench-results/quality.json")
+
+
+class Mode(TypedDict, total=False):
+    """The EngineConfig settings a mode sets."""
+
+    quantization: str | None
+    kv_cache_dtype: str
+
+
 # Each mode's engine settings. float32 is float32 throughout, the reference; the weight
 # modes run over the default KV cache (bfloat16 on CPU: kv_cache_dtype), and int4 once
 # more over a float32 one, to show what the cache's rounding costs alone.
-MODES: dict[str, dict[str, str | None]] = {
+MODES: dict[str, Mode] = {
     "float32": {"quantization": None, "kv_cache_dtype": "float32"},
     "int8": {"quantization": "int8"},
     "int4": {"quantization": "int4"},

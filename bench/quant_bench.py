@@ -161,6 +161,7 @@ def _llama_server(
         return None, {"not_available": f"llama-server not found: {HOW_TO_GET}"}
     if config.model_path.suffix != ".gguf":
         return None, {"not_available": "llama-server needs a .gguf model"}
+    assert config.num_threads is not None  # EngineConfig gives it its default
     server = LlamaServer(binary, config.model_path, config.num_threads, slots=SLOTS)
     return server, {"binary": str(binary), "version": llama_server_version(binary), "slots": SLOTS}
 

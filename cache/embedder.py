@@ -21,7 +21,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import tokenizers
@@ -79,6 +79,12 @@ def _pick_dtype(dtype: str) -> str:
     if dtype == "auto":
         return "int8" if _int8_kernels() else "bfloat16" if _native_bf16() else "float32"
     return dtype
+
+
+class _Configured(Protocol):
+    """A sentence-transformers module that reports its settings (here, the pooling)."""
+
+    def get_config_dict(self) -> dict[str, Any]: ...
 
 
 class _Encoder(torch.nn.Module):
@@ -169,10 +175,12 @@ class Embedder:
         from sentence_transformers import SentenceTransformer
 
         st = SentenceTransformer(str(self._path), device="cpu", local_files_only=True)
-        pooling = st[1].get_config_dict() if len(st) > 1 else {}
+        pooling = cast(_Configured, st[1]).get_config_dict() if len(st) > 1 else {}
         if pooling.get("pooling_mode", "mean") != "mean":
             raise ValueError(f"embedder {model!r}: only mean pooling is supported")
-        max_tokens = int(st.max_seq_length)
+        max_seq_length, dims = st.max_seq_length, st.get_embedding_dimension()
+        assert max_seq_length is not None and dims is not None  # a text model has both
+        max_tokens = int(max_seq_length)
         backend = st.tokenizer.backend_tokenizer
         pad_id, pad_token = st.tokenizer.pad_token_id, st.tokenizer.pad_token
         # int8 (the default where int8 kernels exist): the linear layers' weights are
@@ -181,7 +189,9 @@ class Embedder:
         # cosine ~0.99 to float32 (docs/cache.md). Its vectors get their own model id, so
         # they never meet float vectors in one scope. bf16 (on CPUs with native bf16)
         # moves cosines by only ~1e-4.
-        encoder = _Encoder(st[0].auto_model.eval())
+        transformer = st[0].auto_model
+        assert isinstance(transformer, torch.nn.Module)  # nn.Module's lookup types it loosely
+        encoder = _Encoder(transformer.eval())
         if self.dtype_name == "int8":
             model_id += "-int8"
             encoder = quantize_linears(encoder)
@@ -190,7 +200,7 @@ class Embedder:
         return encoder_store.BuiltEncoder(
             encoder=self._trace(encoder, _padded(backend, max_tokens, pad_id, pad_token)),
             tokenizer=backend,
-            dims=int(st.get_embedding_dimension()),
+            dims=int(dims),
             max_tokens=max_tokens,
             pad_token=pad_token,
             pad_id=pad_id,

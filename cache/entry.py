@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.typing import EncodableT, FieldT
+
 # The hash fields of an entry (its vectors are stored beside them).
 FIELDS = [
     "prompt",
@@ -74,9 +76,9 @@ class CacheEntry:
             return float(seconds) if math.isfinite(seconds) and seconds >= 0 else None
         return None
 
-    def to_fields(self) -> dict[str, Any]:
+    def to_fields(self) -> dict[FieldT, EncodableT]:
         """The hash fields `from_fields` reads back (the vector is stored beside them)."""
-        fields = {name: getattr(self, name) for name in FIELDS}
+        fields: dict[FieldT, EncodableT] = {name: getattr(self, name) for name in FIELDS}
         return {**fields, "metadata": json.dumps(self.metadata, ensure_ascii=False)}
 
 

@@ -10,6 +10,8 @@ per-tensor activation scales, so its vectors differ a little (see docs/cache.md)
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 
 
@@ -21,6 +23,11 @@ def _per_row_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class Int8Linear(torch.nn.Module):
     """y = x W^T + b with W and each row of x in int8."""
+
+    # Buffers (registered in __init__), which nn.Module's attribute lookup types loosely.
+    weight_t: torch.Tensor
+    weight_scale: torch.Tensor
+    bias: torch.Tensor | None
 
     def __init__(self, linear: torch.nn.Linear) -> None:
         super().__init__()
@@ -42,7 +49,10 @@ class Int8Linear(torch.nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-def quantize_linears(module: torch.nn.Module) -> torch.nn.Module:
+M = TypeVar("M", bound=torch.nn.Module)
+
+
+def quantize_linears(module: M) -> M:
     """Replaces every nn.Linear inside `module` with an Int8Linear, in place."""
     for name, child in module.named_children():
         if isinstance(child, torch.nn.Linear):

@@ -79,7 +79,7 @@ _NEUTRAL: dict[str, tuple[object, ...]] = {
 def sets(fields: Mapping[str, Any], name: str) -> bool:
     """Whether a request (its `fields`, as CacheRequest.fields) gives field `name` a value
     that asks for something (not None nor a neutral value)."""
-    value = fields.get(name)
+    value: Any = fields.get(name)
     if name == "response_format":
         return bool(value) and value.get("type", "text") != "text"
     if name in _NEUTRAL:

@@ -187,12 +187,12 @@ class EmbeddedRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        self._wait_ready(timeout)
+        self._wait_ready(self.port, timeout)
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _wait_ready(self, port: int, timeout: float) -> None:
         # A read timeout too: whatever else holds the port may never answer, and this
         # server may then be about to exit (the next poll() tells).
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5, socket_timeout=1.0)
+        client = redis.Redis(port=port, socket_connect_timeout=0.5, socket_timeout=1.0)
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
@@ -210,7 +210,10 @@ class EmbeddedRedis:
             client.close()
 
     def _log_tail(self) -> str:
-        stderr = self._proc.stderr.read().decode(errors="replace") if self._proc else ""
+        stderr = ""
+        if self._proc is not None:
+            assert self._proc.stderr is not None  # spawned with stderr=PIPE
+            stderr = self._proc.stderr.read().decode(errors="replace")
         log = self.data_dir / "redis.log"
         text = stderr + (log.read_text(errors="replace") if log.exists() else "")
         return " | ".join(text.strip().splitlines()[-5:]) or "no output"

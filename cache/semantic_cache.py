@@ -241,7 +241,7 @@ class SemanticCache:
         semantic = [c for c in result.candidates if c.candidate.tier != "exact"]
         if semantic:
             self.stats.observe_similarity(semantic[0].candidate.similarity)
-        rejected = [c.verdict for c in result.candidates if c.rejected]
+        rejected = [c.verdict for c in result.candidates if c.verdict is not None and c.rejected]
         if rejected:
             self.stats.guard_rejections += 1
             self.stats.rejections_by_rule[rejected[0].rule or "?"] += 1
@@ -321,11 +321,14 @@ class SemanticCache:
             question = self.policy.question(request)
             lookup = LookupResult("miss", 0.0, self.policy.scope(request), question)
         assert lookup.scope is not None and lookup.question is not None
+        # `if`, not `or`: mypy types the call after `or` by what comes before (str | None).
         asked = Question(
             lookup.question,
             lookup.scope,
             lookup.exact_key or self.store.entry_id(lookup.scope, lookup.question),
-            lookup.language or await _sized(lookup.question, language, lookup.question),
+            lookup.language
+            if lookup.language
+            else await _sized(lookup.question, language, lookup.question),
             lookup.threshold,
             dict(lookup.vectors),
         )

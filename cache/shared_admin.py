@@ -18,7 +18,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
@@ -125,7 +125,8 @@ class SharedAdmin:
         await self.client.set(STATS_PREFIX + self.replica, value, ex=STATS_TTL_SECONDS)
 
     async def _pull(self) -> None:
-        version, value = await self.client.hmget(SETTINGS_KEY, ["version", "value"])
+        fields = await self.client.hmget(SETTINGS_KEY, ["version", "value"])
+        version, value = cast(list[bytes | None], fields)  # bytes: no decode_responses
         if version is None or value is None or int(version) == self._version:
             return
         self.cache.thresholds = Thresholds(**json.loads(value))

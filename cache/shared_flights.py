@@ -27,10 +27,11 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+from redis.typing import EncodableT
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +120,13 @@ class SharedFlights:
         lock = self._keys(flight_id, token)[0]
         try:  # SET NX GET (Redis 7): takes the lock, or reads its holder, in one step
             async with asyncio.timeout(self.timeout):
-                holder = await self.client.set(
+                held = await self.client.set(
                     lock, token, nx=True, px=int(self.lease * 1000), get=True
                 )
         except Exception as exc:
             log.warning("shared flight claim failed open (leading alone): %r", exc)
             return Claim(flight_id, token, leader=True, shared=False)
+        holder = cast(bytes | None, held)  # the client returns bytes (no decode_responses)
         if holder is None:
             return Claim(flight_id, token, leader=True)
         return Claim(flight_id, holder.decode(), leader=False)
@@ -165,7 +167,7 @@ class SharedFlights:
     ) -> bool:
         """Appends one entry and keeps the lease, or ends the flight; False on failure."""
         ttl = self.linger if kind in ENDINGS else self.lease
-        args = [claim.owner, kind, b"", int(ttl * 1000), int(self.lease * 1000)]
+        args: list[EncodableT] = [claim.owner, kind, b"", int(ttl * 1000), int(self.lease * 1000)]
         try:
             args[2] = encode(value)
             keys = self._keys(claim.flight_id, claim.owner)
@@ -215,5 +217,6 @@ class SharedFlights:
 
     async def _read(self, stream: str, last: bytes, block: bool) -> list[Any]:
         wait = int(self.poll * 1000) if block else None
-        reply = await self.client.xread({stream: last}, block=wait)
+        # [[stream, entries]] as RESP2 replies, or None when `block` passed with nothing.
+        reply = cast(list[list[Any]] | None, await self.client.xread({stream: last}, block=wait))
         return reply[0][1] if reply else []

@@ -21,6 +21,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from redis.driver_info import DriverInfo
 from redis.exceptions import ResponseError
+from redis.typing import EncodableT, FieldT
 from redisvl.exceptions import RedisSearchError
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import FilterQuery, VectorQuery
@@ -251,7 +252,7 @@ class CacheStore:
             ttl=ttl,
         )
         by_field = {f.name: f for f in self.vectors}
-        mapping: dict[str, Any] = {**entry.to_fields(), "language": language}
+        mapping: dict[FieldT, EncodableT] = {**entry.to_fields(), "language": language}
         for name, value in ({ENGLISH_VECTOR: vector} | (vectors or {})).items():
             if value is not None:
                 mapping[name] = np.asarray(value, dtype=np.float32).tobytes()

@@ -43,7 +43,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_bench_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     for name, spec in BENCHES.items():

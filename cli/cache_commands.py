@@ -202,7 +202,7 @@ def cmd_cache_train_cross_encoder(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cache_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_cache_commands(sub: argparse._SubParsersAction) -> None:
     cache = sub.add_parser("cache", help="semantic cache tools")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True)
     cal = cache_sub.add_parser(

@@ -87,7 +87,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_chat_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_chat_command(sub: argparse._SubParsersAction) -> None:
     chat = sub.add_parser("chat", help="chat with the model in the terminal")
     chat.add_argument("prompt", nargs="*", help="one prompt to answer; none opens a REPL")
     add_engine_flags(chat, ENGINE_FLAGS)

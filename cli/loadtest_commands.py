@@ -53,7 +53,7 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="of the workload's sampling")
 
 
-def add_loadtest_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_loadtest_command(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("loadtest", help="load tests and server comparisons over HTTP")
     sub = parser.add_subparsers(dest="loadtest_command", required=True)
     run = sub.add_parser(

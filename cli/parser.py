@@ -30,7 +30,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
+class _SubParsers(argparse._SubParsersAction):
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         if "help" in kwargs:
             kwargs.setdefault("description", kwargs["help"])

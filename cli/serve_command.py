@@ -79,8 +79,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_config=None,  # uvicorn's loggers write through ours (gateway/serve_logging.py)
         access_log=False,  # AccessLog writes one line a request instead
         # The drain (gateway/drain.py) ends what runs at the grace; this is a last resort.
-        timeout_graceful_shutdown=settings.shutdown_grace + LAST_RESORT_SECONDS,
-        timeout_keep_alive=settings.keep_alive_timeout,
+        # The ignores: uvicorn types these int, and uses them as seconds (wait_for,
+        # call_later), where a fraction works as well.
+        timeout_graceful_shutdown=settings.shutdown_grace + LAST_RESORT_SECONDS,  # type: ignore[arg-type]
+        timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
         # C event loop and HTTP parser (project dependencies): the event loop's CPU is
         # what every request costs beside the engine, and both share two cores here. The
         # parser with the limits on what a client may send (gateway/client_limits.py).

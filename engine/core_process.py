@@ -199,7 +199,9 @@ class _CoreLoop:
         """Adds and aborts requests, in the order they were sent."""
         outputs: list[CoreOutput] = []
         failures: list[RequestFailure] = []
-        for message in filter(None, messages):
+        for message in messages:
+            if message is None:
+                continue
             if isinstance(message, AbortRequest):
                 if (out := self.engine.abort(message.request_id)) is not None:
                     outputs.append(out)

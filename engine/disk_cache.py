@@ -18,7 +18,7 @@ def cache_dir() -> Path:
     return Path(base) / "semgate"
 
 
-def write_atomically(where: Path, write: Callable[[Path], None]) -> bool:
+def write_atomically(where: Path, write: Callable[[Path], object]) -> bool:
     """`write(temp)` to a file beside `where`, then renamed onto it. A cache that cannot
     be written (read-only home, a file in the way) only costs the reuse: False, and no
     temporary file is left behind."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 from gguf import GGMLQuantizationType, GGUFReader
 
 from engine.disk_cache import cache_dir, write_atomically
@@ -44,12 +45,13 @@ class _GGUFReader(GGUFReader):
     takes ~10^6 views to parse a 49k-token vocabulary, which triples its time.
     """
 
-    @property
-    def data(self) -> np.ndarray:
+    # The ignore: GGUFReader types `data` as its memmap, and a plain view is the point here.
+    @property  # type: ignore[override]
+    def data(self) -> npt.NDArray[Any]:
         return self._data
 
     @data.setter
-    def data(self, value: np.ndarray) -> None:
+    def data(self, value: npt.NDArray[Any]) -> None:
         self._data = value.view(np.ndarray)
 
 

@@ -67,7 +67,7 @@ class GraphRunner:
         self.graphs: dict[GraphKey, torch.cuda.CUDAGraph] = {}
         # What each key's step read (addresses, shapes, host values): a replay must read
         # the same, and so, for a graphable backend, must an eager run.
-        self.signatures: dict[GraphKey, tuple[Any, ...]] = {}
+        self.signatures: dict[GraphKey, tuple[Any, ...] | None] = {}
         self.hidden: torch.Tensor | None = None  # the graphs' output rows
 
     def plan(self, rows: list[BatchRow]) -> GraphKey | None:

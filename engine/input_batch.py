@@ -115,17 +115,17 @@ class InputBatch:
         pads: list[int] = []
         ends = [0] * n  # each given row's end in the flat batch, pads included
         for i in order:
-            token_ids, start, table, _, num_pad = rows[i]
+            token_ids, row_start, table, _, num_pad = rows[i]
             ids += token_ids
             if num_pad:
                 ids += [0] * num_pad
             ends[i] = len(ids)
-            q = len(token_ids) + num_pad
-            qlens.append(q)
-            starts.append(start)
+            query_len = len(token_ids) + num_pad
+            qlens.append(query_len)
+            starts.append(row_start)
             pads.append(num_pad)
             # Pad tokens past the table's end see (and so need) the null block.
-            tlens.append(max(len(table), (start + q + bs - 1) // bs))
+            tlens.append(max(len(table), (row_start + query_len + bs - 1) // bs))
         num_tokens, width = len(ids), max(tlens)
         self._check_fits(num_tokens, n, width)
         self.input_ids.np[:num_tokens] = ids

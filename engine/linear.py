@@ -36,7 +36,7 @@ class Linear(nn.Module):
         self.weight = None if self.packed is not None else weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
+        if self.weight is not None:  # not packed for oneDNN
             return F.linear(x, self.weight, self.bias)
         shape = x.shape
         out = torch.ops.mkldnn._linear_pointwise(

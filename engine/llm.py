@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -189,7 +189,7 @@ class AsyncLLM:
         params: SamplingParams | None = None,
         request_id: str | None = None,
         cache_salt: str | None = None,
-    ) -> AsyncIterator[RequestOutput]:
+    ) -> AsyncGenerator[RequestOutput, None]:
         """Streams RequestOutputs (deltas) until finished; leaving early aborts the request.
         Only requests with the same `cache_salt` share prefix-cache blocks."""
         if self._stopped:
@@ -229,7 +229,7 @@ class AsyncLLM:
         messages: Messages,
         params: SamplingParams | None = None,
         request_id: str | None = None,
-    ) -> AsyncIterator[RequestOutput]:
+    ) -> AsyncGenerator[RequestOutput, None]:
         async for out in self.generate(
             self.tokenizer.apply_chat_template(messages), params, request_id
         ):

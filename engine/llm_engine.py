@@ -80,6 +80,7 @@ class LLMEngine:
         self.block_size = config.block_size or attention.preferred_block_size
         # Without chunking a prompt must fit one step, so the budget covers the longest.
         budget = config.max_num_batched_tokens
+        assert budget is not None  # EngineConfig.__post_init__ gives it its default
         if not config.chunked_prefill:
             budget = max(budget, self.max_model_len)
         # Before anything else takes memory: on CUDA it measures what the weights and a
@@ -177,6 +178,7 @@ class LLMEngine:
         this an engine stepped beside an embedder ran on the embedder workers' one thread
         of two (a 400-token prefill took 1.43-1.56 s instead of 1.20 s)."""
         if self.config.device == "cpu":
+            assert self.config.num_threads is not None  # EngineConfig gives it its default
             torch.get_num_threads()
             torch.set_num_threads(self.config.num_threads)
 

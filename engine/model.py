@@ -65,6 +65,10 @@ class RMSNorm(nn.Module):
 class RotaryEmbedding(nn.Module):
     """Rotate-half RoPE with cos/sin tables precomputed for every position."""
 
+    # Buffers (registered in __init__), which nn.Module's attribute lookup types loosely.
+    cos: torch.Tensor
+    signed_sin: torch.Tensor
+
     def __init__(self, head_dim: int, theta: float, max_positions: int) -> None:
         super().__init__()
         inv_freq = 1.0 / (

@@ -112,8 +112,8 @@ class Tokenizer:
         eos = cfg.get("eos_token")
         eos = eos.get("content") if isinstance(eos, dict) else eos
         eos_ids = list(eos_token_ids)
-        if eos is not None and backend.token_to_id(eos) is not None:
-            eos_ids.append(backend.token_to_id(eos))
+        if eos is not None and (eos_id := backend.token_to_id(eos)) is not None:
+            eos_ids.append(eos_id)
         # Tokenizers whose post-processor adds BOS already do it in encode().
         return cls(
             backend,
@@ -134,6 +134,7 @@ class Tokenizer:
         if not add_special_tokens:
             return ids
         if self.add_bos_token and (not ids or ids[0] != self.bos_token_id):
+            assert self.bos_token_id is not None  # add_bos_token is only set with an id
             ids.insert(0, self.bos_token_id)
         return ids
 

@@ -67,7 +67,7 @@ def create_app(settings: Settings | None = None, upstream: Upstream | None = Non
             "embeddings": Provide(lambda: runtime.embeddings, sync_to_thread=False),
             "started": Provide(lambda: runtime.started, sync_to_thread=False),
         },
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=EXCEPTION_HANDLERS,
         middleware=rate_limit_middleware(settings),
         before_send=[add_request_id, count_response],
         logging_config=None,  # `semgate serve` sets up logging once (gateway/serve_logging.py)

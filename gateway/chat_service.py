@@ -141,7 +141,7 @@ class ChatService:
         # but it is not the whole answer to the question: never store those.
         store = self.cache is not None and directives.store and not job.stop
         produce = partial(self._produce, job, early, asked, lookup, store, directives.ttl)
-        headers: dict[str, str] = {}
+        headers = {}
         if status == "miss" and lookup is not None:
             deltas, followed = await self._coalesced(job, lookup, produce)
             if followed:

@@ -23,7 +23,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httptools
 import msgspec
@@ -54,8 +54,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     limits = ClientLimits()
     on_refusal: Callable[[str], None] = staticmethod(lambda reason: None)
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream protocol's transport is an asyncio.Transport (uvicorn's type says so).
+        super().connection_made(cast(asyncio.Transport, transport))
         self._in_head = True  # reading a request line and headers, or waiting for one
         self._head_bytes = 0
         self._header_count = 0

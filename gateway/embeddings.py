@@ -53,14 +53,15 @@ class EmbeddingList(msgspec.Struct):
 
 def _texts(value: str | list[str | int | list[int]]) -> list[str]:
     """The texts (not empty, at most MAX_INPUTS: EmbeddingRequest's types say so)."""
-    texts = [value] if isinstance(value, str) else value
-    if not all(isinstance(t, str) for t in texts):
+    given = [value] if isinstance(value, str) else value
+    texts = [t for t in given if isinstance(t, str)]
+    if len(texts) != len(given):
         # Token ids are a tokenizer's own: an SDK's (tiktoken's) ids mean nothing to this
         # model. LangChain's OpenAIEmbeddings sends them unless told not to.
         raise APIError(400, "input as token ids is not supported: send text (with LangChain's "
                        "OpenAIEmbeddings, set check_embedding_ctx_length=False)",
                        param="input", code=UNSUPPORTED)  # fmt: skip
-    return texts  # type: ignore[return-value]
+    return texts
 
 
 class EmbeddingService:

@@ -13,6 +13,7 @@ from litestar.exceptions import (
     InternalServerException,
     ValidationException,
 )
+from litestar.types import ExceptionHandlersMap
 
 from gateway.schemas import ErrorBody, ErrorResponse
 
@@ -131,7 +132,7 @@ def handle_internal_error(_: Request, exc: Exception) -> Response[ErrorResponse]
     return error_response(APIError(500, "internal server error", "server_error"))
 
 
-EXCEPTION_HANDLERS = {
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     APIError: handle_api_error,
     HTTPException: handle_http_exception,
     Exception: handle_internal_error,

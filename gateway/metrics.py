@@ -115,8 +115,8 @@ class _LiveCollector(Collector):
              "rule", s.rejections_by_rule),
         ):  # fmt: skip
             family = CounterMetricFamily(f"semgate_cache_{name}", doc, labels=[label])
-            for value, count in sorted(counts.items()):
-                family.add_metric([value], count)
+            for key, count in sorted(counts.items()):
+                family.add_metric([key], count)
             yield family
         yield _similarity_histogram(s)
         yield from _saved(s)

@@ -19,7 +19,7 @@ import hashlib
 
 from litestar import Request
 from litestar.middleware.base import DefineMiddleware
-from litestar.middleware.rate_limit import RateLimitConfig, get_remote_address
+from litestar.middleware.rate_limit import DurationUnit, RateLimitConfig, get_remote_address
 
 from gateway.auth import Keyring, bearer_token
 from gateway.settings import Settings, parse_rate
@@ -27,15 +27,16 @@ from gateway.settings import Settings, parse_rate
 UNLIMITED_PATHS = ["/health", "/ready", "/metrics", "/schema"]
 # While rate limits are on: enough for a client with a mistyped key to see its 401s, few
 # enough to slow guessing.
-FAILED_AUTH_RATE = ("minute", 60)
-_BUCKET = "semgate_rate_bucket"  # the request's (kind, bucket), classified once
+FAILED_AUTH_RATE: tuple[DurationUnit, int] = ("minute", 60)
+_BUCKET = "semgate_rate_bucket"  # in the scope's state: (kind, bucket), classified once
 
 
 def bucket_of(request: Request) -> tuple[str, str]:
     """(kind, bucket) of the request: kind "tenant", "unknown" or "admin". The key is
     compared once a request (in constant time, against every configured key), whichever
     middleware asks first; the others read the scope."""
-    if (cached := request.scope.get(_BUCKET)) is not None:  # type: ignore[misc]
+    state = request.scope.setdefault("state", {})
+    if (cached := state.get(_BUCKET)) is not None:
         return cached
     keyring: Keyring = request.app.state.runtime.keyring
     token = bearer_token(request)
@@ -47,16 +48,16 @@ def bucket_of(request: Request) -> tuple[str, str]:
         found = ("tenant", "key:" + hashlib.sha256(token.encode()).hexdigest()[:24])
     else:
         found = ("unknown", f"unknown:{get_remote_address(request)}")
-    request.scope[_BUCKET] = found  # type: ignore[literal-required]
+    state[_BUCKET] = found
     return found
 
 
-def _config(rate: tuple[str, int], kind: str) -> DefineMiddleware:
+def _config(rate: tuple[DurationUnit, int], kind: str) -> DefineMiddleware:
     async def claims(request: Request) -> bool:
         return bucket_of(request)[0] == kind
 
     config = RateLimitConfig(
-        rate_limit=rate,  # type: ignore[arg-type]
+        rate_limit=rate,
         identifier_for_request=lambda request: bucket_of(request)[1],
         check_throttle_handler=claims,
         exclude=UNLIMITED_PATHS,

@@ -7,7 +7,7 @@ own (engine/sampling_params.py), the cache's are the cache's (TTL, similarity)."
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 from msgspec import Meta
 
@@ -41,8 +41,19 @@ MAX_STOP = 4  # OpenAI's
 Stop = NonEmpty | Annotated[list[NonEmpty], Meta(max_length=MAX_STOP)]
 
 
-def sampling_given(request: Any) -> dict[str, float]:
+class GivenSampling(TypedDict, total=False):
+    """What sampling_given found: only the fields the request gives."""
+
+    temperature: float
+    top_p: float
+
+
+def sampling_given(request: Any) -> GivenSampling:
     """The request's temperature and top_p where it gives them: a job left without one
     has the engine's default (CompletionJob's, SamplingParams')."""
-    given = {"temperature": request.temperature, "top_p": request.top_p}
-    return {name: value for name, value in given.items() if value is not None}
+    given = GivenSampling()
+    if request.temperature is not None:
+        given["temperature"] = request.temperature
+    if request.top_p is not None:
+        given["top_p"] = request.top_p
+    return given

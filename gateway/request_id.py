@@ -15,7 +15,7 @@ _KEY = "semgate_request_id"  # in the scope's state: chosen once, on first ask
 
 
 def request_id(scope: Scope) -> str:
-    state = scope.setdefault("state", {})  # type: ignore[typeddict-item]
+    state = scope.setdefault("state", {})
     if (found := state.get(_KEY)) is None:
         given = dict(scope.get("headers", [])).get(b"x-request-id", b"")
         found = given.decode() if _SANE.match(given) else uuid.uuid4().hex

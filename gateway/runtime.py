@@ -263,7 +263,8 @@ class Runtime:
             )
             await self.shared.start()
             self.chat.cache = self.cache
-            where = s.redis_url or f"embedded Redis Stack at {runtime.server.url}"  # type: ignore[union-attr]
+            server = runtime.server  # None when given a URL
+            where = s.redis_url if server is None else f"embedded Redis Stack at {server.url}"
             log.info("cache ready in %.1f s: %s", time.perf_counter() - t0, where)
             return
 

@@ -19,7 +19,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints
 
 from cache import DEFAULT_THRESHOLD, Thresholds
 from cache.store import check_ttl
@@ -39,7 +39,10 @@ from gateway.upstream.specs import (
     upstreams_from_toml,
 )
 
-RATE_UNITS = ("second", "minute", "hour", "day")
+if TYPE_CHECKING:
+    from litestar.middleware.rate_limit import DurationUnit
+
+RATE_UNITS: tuple[DurationUnit, ...] = ("second", "minute", "hour", "day")
 
 
 def default_data_dir() -> Path:
@@ -131,8 +134,8 @@ class Settings:
         for model in self.upstream_settings:
             if model not in self.upstream_groups:
                 raise ValueError(f"upstream settings for {model!r}, which no upstream group serves")
-        for model in [None, *self.upstream_groups]:
-            self.group(model)  # checked now, at start
+        for group in [None, *self.upstream_groups]:
+            self.group(group)  # checked now, at start
 
     def group(self, model: str | None) -> GroupSettings:
         """The settings of `model`'s upstream group (None: the servers whose models are
@@ -197,7 +200,7 @@ FLAT_SETTINGS: dict[str, Any] = {
 }
 
 
-def parse_rate(text: str | None) -> tuple[str, int] | None:
+def parse_rate(text: str | None) -> tuple[DurationUnit, int] | None:
     """ "120/minute" -> ("minute", 120); None (or empty) for no limit."""
     if not text:
         return None

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 from gateway.errors import APIError
 
-T = TypeVar("T")
+T = TypeVar("T", bound=msgspec.Struct)
 
 # msgspec's validation messages end with the JSON path: "... - at `$.messages[0].role`".
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")

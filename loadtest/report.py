@@ -147,13 +147,13 @@ def phases_markdown(label: str, summary: dict[str, Any]) -> str:
         shares = " | ".join(f"{group['shares'][p]:.0%}" for p in TTFT_PARTS)
         lines.append(f"| {pct} | {group['requests']} | {shares} |")
     lines += ["", _stalls(phases["stalls"])]
-    shares = [
+    of_e2e = [
         f"{phase} {share:.0%}"
         for phase in ("prefill", "decode")
         if (share := phases[f"{phase}_share_of_e2e"]) is not None
     ]
-    if shares:
-        lines.append("Of end-to-end time: " + ", ".join(shares) + ".")
+    if of_e2e:
+        lines.append("Of end-to-end time: " + ", ".join(of_e2e) + ".")
     lines += ["", f"Diagnosis: {phases['diagnosis']}."]
     return "\n".join(lines)
 

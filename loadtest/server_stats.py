@@ -29,7 +29,7 @@ def snapshot(gateway: str, servers: list[str]) -> Snapshot:
             routed.setdefault(sample.labels["upstream"], Counter())[sample.labels["reason"]] += int(
                 sample.value
             )
-    prefix = {}
+    prefix: dict[str, tuple[float, float]] = {}
     for server in servers:
         sums = Counter[str]()
         for sample in _samples(server):

@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import tokenizers
 import torch
@@ -30,6 +30,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from cache.embedder import resolve_embedder_path
+
+if TYPE_CHECKING:
+    from transformers import BertModel
 
 BASE = "all-minilm-l6-v2"
 WEIGHTS = Path(str(files("cache.guard").joinpath("cross_encoder.safetensors")))
@@ -49,7 +52,7 @@ BOUND = 8.0
 BATCH = 32
 
 
-def load_base() -> tuple[torch.nn.Module, tokenizers.Tokenizer]:
+def load_base() -> tuple[BertModel, tokenizers.Tokenizer]:
     """The bundled MiniLM (its transformer, without pooling) and its tokenizer, set to
     encode pairs: [CLS] cached [SEP] query [SEP], with segment ids."""
     from transformers import BertConfig, BertModel

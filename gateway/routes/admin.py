@@ -306,6 +306,7 @@ async def lookup(data: LookupRequest, runtime: Runtime) -> LookupView:
     if data.messages is not None:
         messages = flatten_messages(data.messages)
     else:
+        assert data.question is not None  # one of the two is given (checked above)
         messages = [{"role": "user", "content": data.question}]
     request = CacheRequest(
         model=_model(runtime, data.model),

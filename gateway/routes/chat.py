@@ -53,7 +53,7 @@ async def chat_completions(
         description="keeps the conversation on one upstream server while it is healthy "
         "(without it, the body's `user` does)",
     ),
-) -> Response[ChatCompletion] | ServerSentEvent | Response[bytes] | Stream:
+) -> Response[ChatCompletion] | ServerSentEvent | Response[bytes] | Stream | Response[None]:
     # Not runtime.check_ready(): a hit is answered while the engine is down or restarting
     # (only a miss gets its 503), and nothing waits for Redis (uncached while it is down).
     runtime.check_accepting()

@@ -49,7 +49,7 @@ async def text_completions(
         default=None,
         description="keeps the session on one upstream server while it is healthy",
     ),
-) -> Response[TextCompletion] | ServerSentEvent | Response[bytes] | Stream:
+) -> Response[TextCompletion] | ServerSentEvent | Response[bytes] | Stream | Response[None]:
     runtime.check_ready()
     tenant: str = request.state.tenant  # set by api_key_guard (the /v1 router's)
     # Until the response starts, a client that hangs up gets its work cancelled.

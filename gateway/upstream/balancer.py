@@ -108,7 +108,7 @@ class Balancer:
     ) -> BalancerKey:
         """What a request is balanced by: its prompt start (hashed under its model and
         prefix-cache salt, as the engine keys its blocks) and its session."""
-        blocks = ()
+        blocks: tuple[int, ...] = ()
         if self.config.policy == "prefix" and prompt:
             blocks = prompt_blocks(f"{model}\0{salt or ''}", prompt)
         return BalancerKey(blocks, session if self.config.session_affinity else None)

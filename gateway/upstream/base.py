@@ -124,13 +124,15 @@ class Upstream(Protocol):
     # remote request, no other server's work): then misses are started while the cache
     # is asked, and a hit aborts them.
     cheap_abort: bool
-    # Whether remote servers answer its requests: then it is a `Forwarder`, which takes
-    # pass-throughs as they came; else the gateway runs its model itself.
-    forwards: bool
     # What answers misses, as the start-up log names it ("the model", "the upstreams"),
     # and what chat waits for until ready() ("the model", "an upstream").
     description: str
     awaited: str
+
+    @property
+    def forwards(self) -> bool:
+        """Whether remote servers answer its requests: then it is a `Forwarder`, which
+        takes pass-throughs as they came; else the gateway runs its model itself."""
 
     async def start(self) -> None:
         """Loads or connects; may take a while (the gateway is not ready until done)."""
