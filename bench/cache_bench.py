@@ -40,12 +40,11 @@ MAX_CHARS = 160
 
 
 def _prompts(n: int) -> list[str]:
-    from bench.sharegpt import first_exchange, iter_conversations
+    from bench.sharegpt import first_exchanges
 
     seen: dict[str, None] = {}
-    for turns in iter_conversations():
-        exchange = first_exchange(turns)
-        text = exchange[0].strip() if exchange else ""
+    for prompt, _ in first_exchanges():
+        text = prompt.strip()
         if 20 <= len(text) <= MAX_CHARS and text not in seen:
             seen[text] = None
             if len(seen) == n:

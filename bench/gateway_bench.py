@@ -84,14 +84,11 @@ FULL = Sizes(entries=400, rounds=4, hits_per_round=100, miss_steps=200, warmup=5
 def _exchanges(n: int) -> list[tuple[str, str]]:
     """The first `n` ShareGPT (first user turn, its answer) pairs with a short question,
     distinct once case-folded (the exact tier would merge the others)."""
-    from bench.sharegpt import first_exchange, iter_conversations
+    from bench.sharegpt import first_exchanges
 
     seen: dict[str, tuple[str, str]] = {}
-    for turns in iter_conversations():
-        exchange = first_exchange(turns)
-        if exchange is None:
-            continue
-        question, answer = exchange[0].strip(), exchange[1].strip()[:MAX_ANSWER_CHARS]
+    for prompt, reply in first_exchanges():
+        question, answer = prompt.strip(), reply.strip()[:MAX_ANSWER_CHARS]
         key = normalize_prompt(question)
         if 20 <= len(question) <= MAX_CHARS and answer and key not in seen:
             seen[key] = (question, answer)

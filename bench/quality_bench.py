@@ -38,7 +38,7 @@ from rich.table import Table
 from bench.engine_bench import Goal
 from bench.greedy import greedy
 from bench.report import met_cell, progress, write_report
-from bench.sharegpt import first_exchange, iter_conversations
+from bench.sharegpt import first_exchanges
 from engine.config import EngineConfig, resolve_model_path
 from engine.input_batch import BatchRow, InputBatch
 from engine.llm import LLM
@@ -85,11 +85,7 @@ QUICK = Sizes(items=8)
 def select_items(tokenizer: Tokenizer, count: int) -> list[Item]:
     """The first count ShareGPT exchanges that fit, the answer cut to ANSWER_TOKENS."""
     items: list[Item] = []
-    for turns in iter_conversations():
-        exchange = first_exchange(turns)
-        if exchange is None:
-            continue
-        prompt, answer = exchange
+    for prompt, answer in first_exchanges():
         text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
         prompt_ids = tokenizer.encode(text)
         # The answer continues the prompt: no BOS or other special tokens of its own.

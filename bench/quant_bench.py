@@ -28,7 +28,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -85,15 +85,7 @@ FULL = Sizes(
     max_output_len=64,
     batch_repeats=2,
 )
-QUICK = Sizes(
-    single_prompts=1,
-    single_repeats=2,
-    single_new_tokens=32,
-    num_requests=16,
-    max_prompt_len=256,
-    max_output_len=64,
-    batch_repeats=1,
-)
+QUICK = replace(FULL, single_repeats=2, single_new_tokens=32, num_requests=16, batch_repeats=1)
 
 
 @dataclass(frozen=True)

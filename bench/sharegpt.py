@@ -21,7 +21,7 @@ _SEPARATORS = " \t\r\n,"
 MIN_LEN = 4  # vLLM drops pairs with fewer tokens than this on either side
 
 
-def iter_conversations() -> Iterator[list[dict[str, str]]]:
+def _conversations() -> Iterator[list[dict[str, str]]]:
     """Each item's "conversations" list, in file order."""
     for item in _iter_items():
         turns = item.get("conversations")
@@ -57,7 +57,15 @@ def _iter_items() -> Iterator[dict[str, Any]]:
                 yield item
 
 
-def first_exchange(turns: list[dict[str, str]]) -> tuple[str, str] | None:
+def first_exchanges() -> Iterator[tuple[str, str]]:
+    """Each conversation's first exchange (a human turn and the gpt turn that answers
+    it), in file order; conversations without one are passed over."""
+    for turns in _conversations():
+        if (exchange := _first_exchange(turns)) is not None:
+            yield exchange
+
+
+def _first_exchange(turns: list[dict[str, str]]) -> tuple[str, str] | None:
     """The first human turn and the gpt turn that answers it."""
     for turn, reply in itertools.pairwise(turns):
         if turn.get("from") == "human":
@@ -77,11 +85,7 @@ def sample_requests(
     capped at `max_output_len`.
     """
     requests: list[tuple[str, int]] = []
-    for turns in iter_conversations():
-        exchange = first_exchange(turns)
-        if exchange is None:
-            continue
-        prompt, answer = exchange
+    for prompt, answer in first_exchanges():
         prompt_len = len(tokenizer.encode(prompt))
         output_len = len(tokenizer.encode(answer))
         if prompt_len < MIN_LEN or output_len < MIN_LEN or prompt_len > max_prompt_len:
@@ -95,11 +99,8 @@ def sample_requests(
 def token_stream(tokenizer: Tokenizer, num_tokens: int) -> list[int]:
     """`num_tokens` of real text: the first human turns in file order, tokenized back to back."""
     ids: list[int] = []
-    for turns in iter_conversations():
-        exchange = first_exchange(turns)
-        if exchange is None:
-            continue
-        ids += tokenizer.encode(exchange[0] + "\n\n")
+    for prompt, _ in first_exchanges():
+        ids += tokenizer.encode(prompt + "\n\n")
         if len(ids) >= num_tokens:
             return ids[:num_tokens]
     raise ValueError(f"ShareGPT holds fewer than {num_tokens} prompt tokens")

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.report import met_cell, progress, write_report
-from bench.sharegpt import MIN_LEN, first_exchange, iter_conversations, sample_requests
+from bench.sharegpt import MIN_LEN, first_exchanges, sample_requests
 from engine.config import EngineConfig
 from engine.llm import LLM
 from engine.metrics import EngineStats
@@ -61,11 +61,7 @@ def _ngrams(ids: list[int], n: int = 4) -> set[tuple[int, ...]]:
 def grounded_prompts(tokenizer: Tokenizer, count: int) -> list[str]:
     """ShareGPT prompts whose reference answer mostly quotes them."""
     found: list[str] = []
-    for turns in iter_conversations():
-        exchange = first_exchange(turns)
-        if exchange is None:
-            continue
-        prompt, answer = exchange
+    for prompt, answer in first_exchanges():
         p_ids, a_ids = tokenizer.encode(prompt), tokenizer.encode(answer)
         if not 4 * MIN_LEN <= len(p_ids) <= MAX_PROMPT_TOKENS or len(a_ids) < 64:
             continue

@@ -119,28 +119,20 @@ class ExactTier:
         return {"languages": "all"}
 
 
+@dataclass(eq=False)
 class SemanticTier:
-    """KNN over one embedder's vectors within the scope, then a guard per candidate."""
+    """KNN over one embedder's vectors within the scope, then a guard per candidate.
+    `thresholds` gives a question's similarity threshold; `own_language_only` keeps a
+    question to entries in its own language."""
 
-    def __init__(
-        self,
-        name: str,
-        store: CacheStore,
-        embedder: Embedder | MultilingualEmbedder,
-        field: VectorField,
-        guard: Guard | LanguageGuard,
-        languages: frozenset[str],
-        thresholds: Callable[[Question], float],
-        own_language_only: bool,
-    ) -> None:
-        self.name = name
-        self.entries = store
-        self.embedder = embedder
-        self.field = field
-        self.guard = guard
-        self.languages = languages
-        self.thresholds = thresholds
-        self.own_language_only = own_language_only
+    name: str
+    entries: CacheStore
+    embedder: Embedder | MultilingualEmbedder
+    field: VectorField
+    guard: Guard | LanguageGuard
+    languages: frozenset[str]
+    thresholds: Callable[[Question], float]
+    own_language_only: bool
 
     def serves(self, question: Question) -> bool:
         return question.language in self.languages

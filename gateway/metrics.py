@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from litestar.types import Message, Scope
@@ -54,20 +55,16 @@ class CacheHealth(NamedTuple):
     circuit_opens: int = 0
 
 
+@dataclass
 class _LiveCollector(Collector):
-    def __init__(
-        self,
-        gauges: Callable[[], EngineGauges | None],
-        cache_stats: Callable[[], CacheStats | None],
-        cache_health: Callable[[], CacheHealth | None],
-        upstream_health: Callable[[], list[UpstreamHealth]],
-        passed_through: Mapping[str, int],
-    ) -> None:
-        self.gauges = gauges
-        self.cache_stats = cache_stats
-        self.cache_health = cache_health
-        self.upstream_health = upstream_health
-        self.passed_through = passed_through
+    """What /metrics reads at each scrape: the engine's gauges, the cache's stats and
+    health, the upstreams' health, and the pass-throughs by reason."""
+
+    gauges: Callable[[], EngineGauges | None]
+    cache_stats: Callable[[], CacheStats | None]
+    cache_health: Callable[[], CacheHealth | None]
+    upstream_health: Callable[[], list[UpstreamHealth]]
+    passed_through: Mapping[str, int]
 
     def collect(self) -> Iterator[Metric]:
         g = self.gauges()

@@ -30,14 +30,11 @@ _INSTRUCTION = "Read the passages below, then answer the question after them bri
 
 def _passages(tokenizer: Tokenizer) -> Iterator[list[int]]:
     """Token ids of ShareGPT answers, in file order."""
-    from bench.sharegpt import first_exchange, iter_conversations
+    from bench.sharegpt import first_exchanges
 
     lo, hi = _PASSAGE_TOKENS
-    for turns in iter_conversations():
-        exchange = first_exchange(turns)
-        if exchange is None:
-            continue
-        ids = tokenizer.encode(exchange[1].strip())
+    for _, answer in first_exchanges():
+        ids = tokenizer.encode(answer.strip())
         if lo <= len(ids) <= hi:
             yield ids
 
