@@ -32,3 +32,4 @@ bench: $(BOOT)
 lint: $(BOOT)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy

@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -96,9 +97,10 @@ def test_thresholds_are_similarities_with_overrides():
     assert t.for_scope("strict", "big") == 0.95
     assert distance_from_similarity(0.83) == pytest.approx(0.17)  # redisvl's cosine distance
     assert similarity_from_distance(0.17) == pytest.approx(0.83)
+    bad: Any  # of the wrong type too: refused at run time
     for bad in (1.5, -0.1, "0.8", True):
         with pytest.raises(ValueError):
-            Thresholds(default=bad)  # type: ignore[arg-type]
+            Thresholds(default=bad)
 
 
 def test_embedder_matches_sentence_transformers_and_batches(embedder: Embedder, run: Run):

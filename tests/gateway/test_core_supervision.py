@@ -14,6 +14,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -65,7 +66,7 @@ def ask(server: Server, question: str, **kw: object) -> httpx.Response:
     return httpx.post(server.url + "/v1/chat/completions", json=body, headers=HEADERS, timeout=60)
 
 
-def events(lines: list[str]) -> list[dict[str, object]]:
+def events(lines: list[str]) -> list[dict[str, Any]]:
     return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
 
 
@@ -85,8 +86,8 @@ def test_a_killed_core_is_restarted_and_hits_are_served_meanwhile(server: Server
     # The stream that was running ends with an error event and [DONE], not a cut.
     assert seen[-1] == "data: [DONE]", seen[-3:]
     error = events(seen)[-1]["error"]
-    assert error["code"] == "engine_unavailable"  # type: ignore[index]
-    assert "engine process exited (code -9)" in error["message"]  # type: ignore[index]
+    assert error["code"] == "engine_unavailable"
+    assert "engine process exited (code -9)" in error["message"]
 
     until("unready", lambda: ready(server).status_code == 503)
     hit = ask(server, SEED["question"])  # the cache answers while the core is down

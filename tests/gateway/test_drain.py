@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -57,7 +58,7 @@ class Streams:
     def started(self, timeout: float = 60) -> bool:
         return all(event.wait(timeout) for event in self._content)
 
-    def join(self) -> list[list[dict[str, object]]]:
+    def join(self) -> list[list[dict[str, Any]]]:
         """Each stream's events once it has ended (every stream ends with [DONE])."""
         for thread in self.threads:
             thread.join(120)
@@ -95,10 +96,10 @@ def test_streams_still_running_at_the_grace_end_with_an_error_and_done(
     with pytest.raises(httpx.TransportError):  # no longer listening
         httpx.get(server.url + "/ready", timeout=5)
     for events in streams.join():
-        assert events[0]["choices"][0]["delta"]["role"] == "assistant"  # type: ignore[index]
+        assert events[0]["choices"][0]["delta"]["role"] == "assistant"
         error = events[-1]["error"]
-        assert error["code"] == "engine_unavailable"  # type: ignore[index]
-        assert "the server is shutting down" in error["message"]  # type: ignore[index]
+        assert error["code"] == "engine_unavailable"
+        assert "the server is shutting down" in error["message"]
     waiting.join(60)
     assert json_answer[0].status_code == 503
     assert "the server is shutting down" in json_answer[0].json()["error"]["message"]
@@ -118,7 +119,7 @@ def test_streams_that_finish_within_the_grace_are_answered_whole(
     assert server.proc is not None
     server.proc.send_signal(signal.SIGTERM)
     for events in streams.join():
-        assert events[-1]["choices"][0]["finish_reason"] == "length"  # type: ignore[index]
+        assert events[-1]["choices"][0]["finish_reason"] == "length"
         assert not any("error" in event for event in events)
     assert exited(server) == -signal.SIGTERM
     log = server.log()

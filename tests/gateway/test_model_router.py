@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 from cli.main import build_parser
 from cli.serve_command import _settings
@@ -310,7 +311,9 @@ def test_the_admin_api_names_a_model_by_its_served_name(front: Server):
     assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "per_model.nope"
 
 
-TOOLS = [{"type": "function", "function": {"name": "multiply", "parameters": {"type": "object"}}}]
+TOOLS: list[ChatCompletionToolParam] = [
+    {"type": "function", "function": {"name": "multiply", "parameters": {"type": "object"}}}
+]
 
 
 @slow
@@ -318,22 +321,23 @@ TOOLS = [{"type": "function", "function": {"name": "multiply", "parameters": {"t
 def test_an_alias_passes_through_as_its_target(
     client: openai.OpenAI, llama: FakeUpstream, stream: bool
 ):
-    messages = [{"role": "user", "content": "6 times 7?"}]
-    created = client.chat.completions.create(
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "6 times 7?"}]
+    # A ChatCompletion, or a Stream of chunks with `stream`: which one, the test's parameter says.
+    created: Any = client.chat.completions.create(
         model=ALIAS,
         messages=messages,
         tools=TOOLS,
-        stream=stream,  # type: ignore[arg-type]
+        stream=stream,
     )
     assert llama.bodies[-1]["model"] == LLAMA and llama.bodies[-1]["tools"] == TOOLS
     if stream:
-        chunks = list(created)  # type: ignore[arg-type]
+        chunks = list(created)
         assert {c.model for c in chunks} == {ALIAS}
         pieces = [c.choices[0].delta.tool_calls for c in chunks if c.choices]
         arguments = "".join(t[0].function.arguments or "" for t in pieces if t)
     else:
-        assert created.model == ALIAS  # type: ignore[union-attr]
-        arguments = created.choices[0].message.tool_calls[0].function.arguments  # type: ignore[union-attr]
+        assert created.model == ALIAS
+        arguments = created.choices[0].message.tool_calls[0].function.arguments
     assert arguments == ARGUMENTS  # the rest as the upstream sent it
 
 

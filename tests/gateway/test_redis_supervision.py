@@ -66,7 +66,9 @@ def embedded_redis(server: Server) -> tuple[int, int]:
         with contextlib.suppress(FileNotFoundError):
             if Path(f"/proc/{pid}/comm").read_text().strip() == "redis-server":
                 title = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
-                return pid, int(re.search(r"127\.0\.0\.1:(\d+)", title)[1])  # type: ignore[index]
+                port = re.search(r"127\.0\.0\.1:(\d+)", title)
+                assert port is not None, title
+                return pid, int(port[1])
     raise AssertionError("the gateway has no redis-server child")
 
 
