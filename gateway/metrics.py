@@ -55,7 +55,7 @@ class CacheHealth(NamedTuple):
     circuit_opens: int = 0
 
 
-@dataclass
+@dataclass(eq=False)  # the registry keys its collectors by identity
 class _LiveCollector(Collector):
     """What /metrics reads at each scrape: the engine's gauges, the cache's stats and
     health, the upstreams' health, and the pass-throughs by reason."""
