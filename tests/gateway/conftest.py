@@ -4,7 +4,6 @@ admin, and the request helpers the HTTP tests share."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -13,6 +12,7 @@ import pytest
 
 from tests.gateway.fixtures import ADMIN, ALICE, BOB
 from tests.gateway.servers import MODEL, Server
+from tests.waiting import until
 
 # An engine server (`semgate serve --no-cache`): what tests of the gateway's upstream
 # mode put behind it. One thread, so that it and the gateway in front share the cores.
@@ -96,14 +96,13 @@ def settle(url: str | httpx.URL, timeout: float = 10) -> None:
     just after their response ends, so a test that asks again at once would otherwise
     race the store (and follow the finished flight instead of hitting)."""
     root = str(url).rstrip("/").removesuffix("/v1")
-    deadline = time.monotonic() + timeout
     headers = {"Authorization": f"Bearer {ADMIN}"}
-    while time.monotonic() < deadline:
+
+    def settled() -> bool:
         stats = httpx.get(root + "/admin/cache/stats", headers=headers).json()
-        if stats["in_flight"] == 0 and stats["pending_stores"] == 0:
-            return
-        time.sleep(0.01)
-    raise TimeoutError("the gateway still has answers in flight")
+        return stats["in_flight"] == 0 and stats["pending_stores"] == 0
+
+    until("the gateway has no answer in flight", settled, timeout)
 
 
 @pytest.fixture

@@ -118,7 +118,7 @@ async def _burst(url: str, n: int) -> tuple[list[httpx.Response], list[float]]:
     limits = httpx.Limits(max_connections=n + 1)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
         held: list[float] = []  # requests in the engine, running or waiting, at each scrape
-        stop = asyncio.Event()
+        stop, scraped = asyncio.Event(), asyncio.Event()
 
         async def watch() -> None:
             while not stop.is_set():
@@ -127,10 +127,11 @@ async def _burst(url: str, n: int) -> tuple[list[httpx.Response], list[float]]:
                     value_in(text, "semgate_num_requests_running")
                     + value_in(text, "semgate_num_requests_waiting")
                 )
+                scraped.set()
                 await asyncio.sleep(0.02)
 
         watcher = asyncio.create_task(watch())
-        await asyncio.sleep(0.05)  # a first scrape before the burst
+        await scraped.wait()  # a first scrape before the burst
         headers = HEADERS | {"Cache-Control": "no-store"}
         responses = await asyncio.gather(
             *[

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import chat_body
-from tests.gateway.servers import Server, metric, ready, serving, until
+from tests.gateway.servers import Server, metric, ready, serving
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow  # starts a server of its own
 

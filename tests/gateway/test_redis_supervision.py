@@ -24,7 +24,8 @@ import redis.asyncio as aioredis
 from cache import EmbeddedRedis
 from cache.supervisor import RedisSupervisor
 from tests.gateway.conftest import ADMIN, chat_body, settle
-from tests.gateway.servers import Server, free_port, metric, ready, serving, until
+from tests.gateway.servers import Server, free_port, metric, ready, serving
+from tests.waiting import until, until_async
 
 pytestmark = pytest.mark.slow  # starts two servers of its own
 
@@ -215,18 +216,13 @@ def test_an_external_redis_is_pinged(tmp_path: Path):
         supervisor = RedisSupervisor(client)
         supervisor.start()
 
-        async def until_up(up: bool) -> None:
-            async with asyncio.timeout(30):
-                while supervisor.up != up:
-                    await asyncio.sleep(0.02)
-
         try:
             assert server.pid is not None
             os.kill(server.pid, signal.SIGKILL)
-            await until_up(False)
+            await until_async("it is down", lambda: not supervisor.up)
             assert "no answer to PING" in (supervisor.down_reason or "")
             await asyncio.to_thread(server.restart)
-            await until_up(True)
+            await until_async("it is up again", lambda: supervisor.up)
             assert supervisor.down_reason is None and supervisor.restarts == 0
         finally:
             await supervisor.stop()

@@ -18,6 +18,7 @@ import pytest
 from gateway.embeddings import BUNDLED_NAME as EMBEDDER
 from tests.gateway.conftest import ADMIN, chat_body, messages, settle, timings_of
 from tests.gateway.servers import MODEL, Server, metric, serving
+from tests.waiting import until
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +57,10 @@ def test_metrics_report_the_upstream_and_its_load(front: Server, engine: Server)
     upstream = f'{{upstream="{engine.url}"}}'
     assert metric(front, "semgate_upstream_up" + upstream) == 1
     # Read at each health check (every 5 s): one may have caught an earlier request.
-    deadline = time.monotonic() + 12
-    while metric(front, "semgate_upstream_num_requests_running" + upstream):
-        assert time.monotonic() < deadline, "the idle engine's load never read 0"
-        time.sleep(0.2)
+    until(
+        "the idle engine's load reads 0",
+        lambda: metric(front, "semgate_upstream_num_requests_running" + upstream) == 0,
+    )
     assert metric(front, "semgate_upstream_num_requests_waiting" + upstream) == 0
     assert metric(front, "semgate_num_requests_running", missing=-1) == -1  # no engine here
 
