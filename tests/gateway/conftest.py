@@ -73,20 +73,23 @@ def bob(gateway: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key=BOB, max_retries=0)
 
 
+def client_of(server: Server, key: str, timeout: float = 120) -> httpx.Client:
+    """Raw HTTP to `server` with `key` as the bearer token."""
+    return httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout
+    )
+
+
 @pytest.fixture
 def admin(gateway: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(
-        base_url=gateway.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60
-    ) as client:
+    with client_of(gateway, ADMIN, timeout=60) as client:
         yield client
 
 
 @pytest.fixture
 def http(gateway: Server) -> Iterator[httpx.Client]:
     """Raw HTTP as alice, for what the SDK hides (headers, framing, error bodies)."""
-    with httpx.Client(
-        base_url=gateway.url, headers={"Authorization": f"Bearer {ALICE}"}, timeout=120
-    ) as client:
+    with client_of(gateway, ALICE) as client:
         yield client
 
 
@@ -118,6 +121,21 @@ SYSTEM = "Answer in one short sentence."
 
 def messages(question: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+
+def seed(admin: httpx.Client, question: str, answer: str, tenant: str, **kw: object) -> dict:
+    """Seeds an answer to `question` as asked after SYSTEM (as `messages` asks it): the
+    entry as the admin API returns it."""
+    body = {
+        "question": question,
+        "answer": answer,
+        "tenant": tenant,
+        "context": [{"role": "system", "content": SYSTEM}],
+        **kw,
+    }
+    seeded = admin.post("/admin/cache/entries", json=body)
+    assert seeded.status_code == 201, seeded.text
+    return seeded.json()
 
 
 def chat_body(question: str, **kw: object) -> dict[str, object]:

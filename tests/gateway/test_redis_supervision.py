@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 
 from cache import EmbeddedRedis
 from cache.supervisor import RedisSupervisor
-from tests.gateway.conftest import ADMIN, chat_body, settle
+from tests.gateway.conftest import ADMIN, chat_body, client_of, settle
 from tests.gateway.servers import Server, free_port, metric, ready, serving
 from tests.waiting import until, until_async
 
@@ -92,7 +92,7 @@ def squat(port: int, timeout: float = 10) -> socket.socket:
 
 def test_a_killed_embedded_redis_is_restarted_with_its_data(servers: tuple[Server, Server]):
     gateway = servers[0]
-    admin = httpx.Client(base_url=gateway.url, headers=ADMIN_HEADERS, timeout=30)
+    admin = client_of(gateway, ADMIN, timeout=30)
     assert ready(gateway).json()["cache"] == "up"
     assert metric(gateway, "semgate_cache_up") == 1
     assert metric(gateway, "semgate_cache_redis_restarts_total") == 0
@@ -154,7 +154,7 @@ def test_a_paused_redis_is_skipped_by_the_circuit_breaker(servers: tuple[Server,
     every request), and /ready and /metrics say so. After SIGCONT the next probe closes
     it."""
     gateway = servers[0]
-    admin = httpx.Client(base_url=gateway.url, headers=ADMIN_HEADERS, timeout=30)
+    admin = client_of(gateway, ADMIN, timeout=30)
     assert ready(gateway).json()["cache"] == "up"
     pid, _ = embedded_redis(gateway)
     os.kill(pid, signal.SIGSTOP)
