@@ -10,8 +10,9 @@ import httpx
 import openai
 import pytest
 
+from tests.gateway.fake_upstream import FakeUpstream
 from tests.gateway.fixtures import ADMIN, ALICE, BOB
-from tests.gateway.servers import MODEL, Server
+from tests.gateway.servers import MODEL, Server, serving
 from tests.waiting import until
 
 # An engine server (`semgate serve --no-cache`): what tests of the gateway's upstream
@@ -61,6 +62,21 @@ def engine_server(engine_process: Server) -> Server:
     """The session's engine server, up at the start of each module that uses it: a test
     that kills it (the last of its module) leaves it to be started again here."""
     return up(engine_process)
+
+
+@pytest.fixture(scope="session")
+def fake() -> Iterator[FakeUpstream]:
+    """The fake OpenAI-compatible server (tests/gateway/fake_upstream.py): tests compare
+    what it received since they began (every module that forwards to it adds to it)."""
+    with FakeUpstream() as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="session")
+def fake_front(fake: FakeUpstream) -> Iterator[Server]:
+    """A gateway in front of `fake` alone, cache off."""
+    with serving(Server(["--upstream", fake.url, "--no-cache"])) as [server]:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -42,12 +42,6 @@ TOOLS = [
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as upstream:
-        yield upstream
-
-
-@pytest.fixture(scope="module")
 def front(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     redis_dir = tmp_path_factory.mktemp("passthrough-redis")
     args = ["--upstream", fake.url, "--redis-data-dir", str(redis_dir), "--admin-key", ADMIN]
