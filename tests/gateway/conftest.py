@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -154,7 +155,8 @@ def seed(admin: httpx.Client, question: str, answer: str, tenant: str, **kw: obj
     return seeded.json()
 
 
-def chat_body(question: str, **kw: object) -> dict[str, object]:
+def chat_body(question: str, **kw: object) -> dict[str, Any]:
+    """A greedy chat request for `question`: a JSON body, or the SDK's keyword arguments."""
     return {
         "model": MODEL,
         "messages": messages(question),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.probe import probed
@@ -16,6 +17,7 @@ from tests.waiting import until
 __all__ = [
     "MODEL",
     "Server",
+    "caching_server",
     "free_port",
     "metric",
     "probed",
@@ -26,6 +28,12 @@ __all__ = [
 ]
 
 MODEL = "smollm2-135m-instruct"
+
+
+def caching_server(tmp_path_factory: pytest.TempPathFactory, flags: list[str]) -> Server:
+    """A `semgate serve` with the cache on, its embedded Redis keeping its data in a
+    directory of its own (one Redis a data directory)."""
+    return Server(["--redis-data-dir", str(tmp_path_factory.mktemp("redis")), *flags])
 
 
 def metric(server: Server, sample: str, missing: float | None = None) -> float:

@@ -13,7 +13,14 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import chat_body
-from tests.gateway.servers import Server, metric, serving, value_in, wait_for_idle_engine
+from tests.gateway.servers import (
+    Server,
+    caching_server,
+    metric,
+    serving,
+    value_in,
+    wait_for_idle_engine,
+)
 
 pytestmark = pytest.mark.slow  # starts a server of its own
 
@@ -27,16 +34,9 @@ HUGE = "word " * 817_889
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    redis_dir = tmp_path_factory.mktemp("admission-redis")
-    server = Server(
-        [
-            "--redis-data-dir", str(redis_dir),
-            "--api-keys", f"{KEY}:admission",
-            "--max-num-seqs", str(MAX_NUM_SEQS),
-            "--max-waiting", str(MAX_WAITING),
-        ]
-    )  # fmt: skip
-    with serving(server):
+    flags = ["--api-keys", f"{KEY}:admission",
+             "--max-num-seqs", str(MAX_NUM_SEQS), "--max-waiting", str(MAX_WAITING)]  # fmt: skip
+    with serving(caching_server(tmp_path_factory, flags)) as [server]:
         yield server
 
 

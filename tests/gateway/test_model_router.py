@@ -25,7 +25,7 @@ from gateway.settings import Settings
 from gateway.upstream import HttpUpstream, ModelRouter
 from tests.gateway.conftest import ADMIN, settle
 from tests.gateway.fake_upstream import ARGUMENTS, FakeUpstream
-from tests.gateway.servers import MODEL, Server, free_port, serving
+from tests.gateway.servers import MODEL, Server, caching_server, free_port, serving
 
 LLAMA, QWEN, ALIAS = "llama-3-8b", "qwen-2-7b", "gpt-4o-mini"
 
@@ -215,14 +215,13 @@ def qwen() -> Iterator[FakeUpstream]:
 def front(
     llama: FakeUpstream, qwen: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    redis_dir = tmp_path_factory.mktemp("routing-redis")
-    args = [
+    flags = [
         "--upstream", f"{LLAMA}={llama.url}",
         "--upstream", qwen.url,  # its models discovered
         "--model-alias", f"{ALIAS}={LLAMA}",
-        "--redis-data-dir", str(redis_dir), "--admin-key", ADMIN,
+        "--admin-key", ADMIN,
     ]  # fmt: skip
-    with serving(Server(args)) as [server]:
+    with serving(caching_server(tmp_path_factory, flags)) as [server]:
         yield server
 
 

@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 from cache import EmbeddedRedis
 from cache.supervisor import RedisSupervisor
 from tests.gateway.conftest import ADMIN, chat_body, client_of, settle
-from tests.gateway.servers import Server, free_port, metric, ready, serving
+from tests.gateway.servers import Server, caching_server, free_port, metric, ready, serving
 from tests.waiting import until, until_async
 
 pytestmark = pytest.mark.slow  # starts two servers of its own
@@ -35,13 +35,7 @@ ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
     """An embedded-Redis gateway, and one pointed at a port where nothing listens."""
-    embedded = Server(
-        [
-            "--redis-data-dir", str(tmp_path_factory.mktemp("supervised-redis")),
-            "--admin-key", ADMIN,
-            "--num-threads", "1",
-        ]
-    )  # fmt: skip
+    embedded = caching_server(tmp_path_factory, ["--admin-key", ADMIN, "--num-threads", "1"])
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
     unreachable = Server(
         ["--redis-url", nowhere, "--admin-key", ADMIN, "--num-threads", "1"],

@@ -17,7 +17,7 @@ import pytest
 
 from gateway.embeddings import BUNDLED_NAME as EMBEDDER
 from tests.gateway.conftest import ADMIN, chat_body, messages, settle, timings_of
-from tests.gateway.servers import MODEL, Server, metric, serving
+from tests.gateway.servers import MODEL, Server, caching_server, metric, serving
 from tests.waiting import until
 
 
@@ -28,10 +28,8 @@ def engine(engine_server: Server) -> Server:
 
 @pytest.fixture(scope="module")
 def front(engine: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    redis_dir = tmp_path_factory.mktemp("front-redis")
-    args = ["--upstream", engine.url, "--redis-data-dir", str(redis_dir), "--admin-key", ADMIN,
-            "--upstream-header"]  # fmt: skip
-    with serving(Server(args)) as [server]:
+    flags = ["--upstream", engine.url, "--admin-key", ADMIN, "--upstream-header"]
+    with serving(caching_server(tmp_path_factory, flags)) as [server]:
         yield server
 
 
