@@ -14,6 +14,8 @@ from tests.engine.conftest import StepClock
 from tests.engine.prompts import PROMPTS
 from tests.waiting import until_async
 
+pytestmark = pytest.mark.slow  # engine core processes: the module's, and one per test that ends one
+
 
 @pytest.fixture(scope="module")
 def async_llm():

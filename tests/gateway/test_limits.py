@@ -18,6 +18,8 @@ from tests.gateway.conftest import chat_body
 from tests.gateway.servers import Server, serving
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # starts a server of its own
+
 KEYS = {"sk-limited": "t1", "sk-queue": "t2", "sk-other": "t3", "sk-fresh": "t4", "sk-logs": "t5"}
 ADMIN_KEY = "sk-admin-limited"
 

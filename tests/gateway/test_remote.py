@@ -20,6 +20,8 @@ from tests.gateway.conftest import ADMIN, chat_body, messages, settle, timings_o
 from tests.gateway.servers import MODEL, Server, caching_server, metric, serving
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # starts a gateway of its own in front of the engine server
+
 
 @pytest.fixture(scope="module")
 def engine(engine_server: Server) -> Server:
