@@ -212,17 +212,34 @@ def qwen() -> Iterator[FakeUpstream]:
 
 
 @pytest.fixture(scope="module")
-def front(
+def gateways(
     llama: FakeUpstream, qwen: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    flags = [
+) -> Iterator[list[Server]]:
+    """`front`: a cache-on gateway before both fakes, a model alias and a model list to
+    discover; `mixed`: the in-process engine's model beside one upstream group, cache
+    off. Started side by side, so that their loads overlap."""
+    front = [
         "--upstream", f"{LLAMA}={llama.url}",
         "--upstream", qwen.url,  # its models discovered
         "--model-alias", f"{ALIAS}={LLAMA}",
         "--admin-key", ADMIN,
     ]  # fmt: skip
-    with serving(caching_server(tmp_path_factory, flags)) as [server]:
-        yield server
+    mixed = [
+        "--upstream", f"{QWEN}={qwen.url}", "--local-engine", "--model-alias", f"small={MODEL}",
+        "--no-cache", "--num-threads", "1", "--max-model-len", "512",
+    ]  # fmt: skip
+    with serving(caching_server(tmp_path_factory, front), Server(mixed)) as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def front(gateways: list[Server]) -> Server:
+    return gateways[0]
+
+
+@pytest.fixture(scope="module")
+def mixed(gateways: list[Server]) -> Server:
+    return gateways[1]
 
 
 @pytest.fixture(scope="module")
@@ -350,17 +367,6 @@ def test_a_model_nobody_serves_is_404_and_reaches_no_upstream(
     error = response.json()["error"]
     assert (error["code"], error["param"]) == ("model_not_found", "model")
     assert len(llama.bodies) + len(qwen.bodies) == before
-
-
-@pytest.fixture(scope="module")
-def mixed(qwen: FakeUpstream) -> Iterator[Server]:
-    """The in-process engine's model beside one upstream group, cache off."""
-    args = [
-        "--upstream", f"{QWEN}={qwen.url}", "--local-engine", "--model-alias", f"small={MODEL}",
-        "--no-cache", "--num-threads", "1", "--max-model-len", "512",
-    ]  # fmt: skip
-    with serving(Server(args)) as [server]:
-        yield server
 
 
 @slow
