@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # two runs of the benchmark in processes of their own
+
 REPO = Path(__file__).resolve().parents[2]
 
 

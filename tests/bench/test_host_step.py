@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.host_step import run_host_step_bench
+
+pytestmark = pytest.mark.slow  # both checkouts measured, each in processes of its own
 
 REPO = Path(__file__).resolve().parents[2]
 

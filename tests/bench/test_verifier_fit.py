@@ -23,6 +23,8 @@ from cache import DEFAULT_THRESHOLD, Embedder, Guard, MultilingualEmbedder
 from cache.guard import cross_encoder
 from cache.guard.verifier import TARGET_PRECISION, VERIFIERS, Verifier, read_verifiers
 
+pytestmark = pytest.mark.slow  # measures every labelled set: embedder, guard and cross-encoder
+
 ROOT = Path(__file__).parents[2]
 DATA = ROOT / "data"
 FITTED = json.loads((ROOT / "cache" / "guard" / "verifier.json").read_text())["fitted_on"]

@@ -54,12 +54,17 @@ def embedder() -> Iterator[Embedder]:
     emb.close()
 
 
+def connected(store: CacheStore, run: Run) -> Iterator[CacheStore]:
+    """`store`, connected for as long as its fixture lasts."""
+    run(store.connect())
+    yield store
+    run(store.close())
+
+
 @pytest.fixture(scope="session")
 def store(redis_server: EmbeddedRedis, embedder: Embedder, run: Run) -> Iterator[CacheStore]:
     st = CacheStore(redis_server.url, embedder.model_id, embedder.dims, index_name="semgate-test")
-    run(st.connect())
-    yield st
-    run(st.close())
+    yield from connected(st, run)
 
 
 @pytest.fixture
@@ -88,9 +93,7 @@ def every_tier_store(
         index_name="semgate-test-tiers",
         extra_vectors=(multilingual_field(multilingual),),
     )
-    run(st.connect())
-    yield st
-    run(st.close())
+    yield from connected(st, run)
 
 
 @pytest.fixture

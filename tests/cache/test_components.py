@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from cache import redis_server as redis_server_module
 from cache.policy import context_fingerprint, normalize_prompt
 from cache.thresholds import distance_from_similarity, similarity_from_distance
 from tests.cache.fixtures import Run, ask
+from tests.waiting import until
 
 
 def test_policy_bypasses_and_store_rules():
@@ -161,7 +161,7 @@ def test_embedder_outlives_callers_that_give_up(embedder: Embedder, run: Run):
         waits = [
             asyncio.ensure_future(embedder.embed(f"{tag} question {i} " * 5)) for i in range(40)
         ]
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # each caller has queued its text (submit is synchronous)
         for wait in waits[2:]:
             wait.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
@@ -211,10 +211,14 @@ def test_embedded_redis_dies_with_the_process_that_started_it(tmp_path: Path):
     finally:
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
-    deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)
+    until("the orphaned Redis exits", lambda: not _alive(pid))
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
 
 
 def test_redis_url_without_search_module_is_refused(tmp_path: Path):
@@ -228,12 +232,7 @@ def test_redis_url_without_search_module_is_refused(tmp_path: Path):
     )  # fmt: skip
     try:
         client = redis.Redis(port=port)
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
+        until("it answers", lambda: _pings(client))
         with pytest.raises(redis_server_module.RedisUnavailableError, match="search module"):
             redis_server_module.check_redis_url(f"redis://127.0.0.1:{port}/0")
     finally:

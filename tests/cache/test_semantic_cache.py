@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from cache import CompletionOutcome, EmbeddedRedis, Embedder, LookupResult, SemanticCache
 from cache.store import CacheStore
 from tests.cache.fixtures import Run, ask
+from tests.waiting import until
 
 DONE = CompletionOutcome("Paris is the capital of France.", "stop")
 
@@ -72,8 +72,11 @@ def test_dry_run_reports_candidate_and_verdict_without_counting(
 def test_ttl_expiry(cache: SemanticCache, tenant: str, run: Run):
     run(cache.store_answer(ask("How tall is Mount Everest?", tenant), DONE, ttl=1))
     assert run(cache.lookup(ask("How tall is Mount Everest?", tenant))).status == "hit"
-    time.sleep(2.1)
-    assert run(cache.lookup(ask("How tall is Mount Everest?", tenant))).status == "miss"
+    # Redis expires the entry a second after it was stored.
+    until(
+        "the entry expires",
+        lambda: run(cache.lookup(ask("How tall is Mount Everest?", tenant))).status == "miss",
+    )
 
 
 def test_tenants_differing_only_in_case_are_apart(cache: SemanticCache, tenant: str, run: Run):
@@ -122,10 +125,10 @@ def test_index_recreated_after_flushall(
     assert run(cache.lookup(ask("What's water's boiling point?", tenant))).status == "miss"
     assert not cache.stats.errors
     run(cache.seed("What is the boiling point of water?", "100 °C", model="m", tenant=tenant))
-    deadline = time.monotonic() + 5
-    while run(cache.lookup(ask("What's water's boiling point?", tenant))).status != "hit":
-        assert time.monotonic() < deadline, "the recreated index never served the entry"
-        time.sleep(0.1)
+    until(
+        "the recreated index serves the entry",
+        lambda: run(cache.lookup(ask("What's water's boiling point?", tenant))).status == "hit",
+    )
 
 
 def test_list_delete_and_flush_by_scope(

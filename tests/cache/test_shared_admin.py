@@ -3,14 +3,14 @@ SemanticCache facades over one real Redis stand in for two gateway replicas."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from cache import CacheStore, Embedder, SemanticCache, Thresholds
 from cache.shared_admin import SETTINGS_KEY, SharedAdmin, add_up
 from tests.cache.fixtures import Run
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -25,13 +25,6 @@ def replicas(store: CacheStore, embedder: Embedder, run: Run) -> Iterator[list[S
     run(store.client.delete(SETTINGS_KEY))
 
 
-def _until(what: str, check: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.05)
-
-
 def test_a_threshold_change_reaches_every_replica_and_outlives_them(
     replicas: list[SharedAdmin], store: CacheStore, embedder: Embedder, run: Run
 ):
@@ -39,7 +32,7 @@ def test_a_threshold_change_reaches_every_replica_and_outlives_them(
     new = Thresholds(0.91, {"m": 0.8}, {"strict": 0.99})
     run(first.set_thresholds(new))
     assert first.cache.thresholds == new
-    _until("the other replica applies it", lambda: second.cache.thresholds == new)
+    until("the other replica applies it", lambda: second.cache.thresholds == new)
     # A process started later (a restart) begins with the stored value, not its own.
     late = SharedAdmin(store.client, SemanticCache(store, embedder, thresholds=Thresholds(0.5)))
     run(late.start())

@@ -81,6 +81,13 @@ async def _start(
     return True, seat.feed(upstream())
 
 
+async def _start_each(
+    caches: list[SemanticCache], question: str, tenant: str, upstream: Any
+) -> list[tuple[bool, AsyncIterator[str]]]:
+    """`_start` on each cache in turn, with the same question."""
+    return [await _start(cache, question, tenant, upstream) for cache in caches]
+
+
 async def _drain(stream: AsyncIterator[str], first: asyncio.Event | None = None) -> list[str]:
     """Every piece; sets `first` once the first has arrived."""
     pieces = []
@@ -98,8 +105,9 @@ def test_follower_in_another_process_streams_live(
     upstream = Upstream()
 
     async def scenario():
-        lead_a, stream_a = await _start(a, "How do I export contacts?", tenant, upstream)
-        lead_b, stream_b = await _start(b, "How do I export contacts?", tenant, upstream)
+        (lead_a, stream_a), (lead_b, stream_b) = await _start_each(
+            replicas, "How do I export contacts?", tenant, upstream
+        )
         upstream.last_chunk_gate = asyncio.Event()
         got_a, got_b = await asyncio.gather(
             _drain(stream_a), _drain(stream_b, first=upstream.last_chunk_gate)
@@ -133,12 +141,13 @@ def test_a_slow_first_chunk_is_not_a_dead_leader(
     """The leader's heartbeat keeps its lease while the upstream has nothing to send."""
     for cache in replicas:
         cache.coalescer.shared = _flights(cache.store.client, lease=0.3)
-    a, b = replicas
+    _, b = replicas
     upstream = Upstream(first_delay=0.8)
 
     async def scenario():
-        _, stream_a = await _start(a, "Explain our SLA", tenant, upstream)
-        lead_b, stream_b = await _start(b, "Explain our SLA", tenant, upstream)
+        (_, stream_a), (lead_b, stream_b) = await _start_each(
+            replicas, "Explain our SLA", tenant, upstream
+        )
         got = await asyncio.gather(_drain(stream_a), _drain(stream_b))
         return lead_b, got
 
@@ -167,7 +176,6 @@ def test_late_follower_replays_from_the_first_chunk(
 def test_the_leaders_error_reaches_the_follower(
     replicas: list[SemanticCache], tenant: str, run: Run
 ):
-    a, b = replicas
     upstream = Upstream(fail_after=2)
 
     async def drain(stream: AsyncIterator[str]) -> tuple[list[str], BaseException | None]:
@@ -180,9 +188,8 @@ def test_the_leaders_error_reaches_the_follower(
         return got, None
 
     async def scenario():
-        _, stream_a = await _start(a, "Why is the sky blue?", tenant, upstream)
-        _, stream_b = await _start(b, "Why is the sky blue?", tenant, upstream)
-        return await asyncio.gather(drain(stream_a), drain(stream_b))
+        started = await _start_each(replicas, "Why is the sky blue?", tenant, upstream)
+        return await asyncio.gather(*(drain(stream) for _, stream in started))
 
     (got_a, err_a), (got_b, err_b) = run(scenario())
     assert upstream.calls == 1 and got_a == got_b == PIECES[:2]
@@ -195,12 +202,12 @@ def test_leader_whose_clients_all_leave_ends_the_flight_as_lost(
 ):
     """Remote followers do not keep another process's flight alive: once they have
     chunks, the loss is their stream's error (before any, they would answer themselves)."""
-    a, b = replicas
     upstream = Upstream()
 
     async def scenario():
-        _, stream_a = await _start(a, "Where is my invoice?", tenant, upstream)
-        _, stream_b = await _start(b, "Where is my invoice?", tenant, upstream)
+        (_, stream_a), (_, stream_b) = await _start_each(
+            replicas, "Where is my invoice?", tenant, upstream
+        )
         got_b = [await anext(stream_a), await anext(stream_b)][1:]
         await stream_a.aclose()  # the leader's only client disconnects
         with pytest.raises(FlightLost, match="every listener"):
@@ -252,7 +259,7 @@ def test_redis_unavailable_fails_open(embedder: Embedder, run: Run, tenant: str)
     async def scenario():
         claim = await a.coalescer.shared.claim("some-flight")
         assert claim.leader and not claim.shared
-        streams = [(await _start(c, "What is 2 plus 2?", tenant, upstream)) for c in (a, b)]
+        streams = await _start_each([a, b], "What is 2 plus 2?", tenant, upstream)
         return [(lead, [p async for p in stream]) for lead, stream in streams]
 
     try:

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each command loads the embedder in a process of its own
+
 SEMGATE = [sys.executable, "-m", "cli.main"]
 DATA = Path(__file__).parents[2] / "data"
 ENV = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {"HF_HUB_OFFLINE": "1"}

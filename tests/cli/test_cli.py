@@ -18,6 +18,8 @@ from gateway.engine_settings import EngineSettings
 from gateway.settings import Settings
 from tests.engine.prompts import CAPITAL_QUESTION
 
+slow = pytest.mark.slow
+
 
 def _semgate(
     *args: str, stdin: str = "", env: dict[str, str] | None = None
@@ -32,6 +34,8 @@ def _semgate(
     )
 
 
+# The tests that chat load the model in a process of their own.
+@slow
 @pytest.mark.parametrize("quantization", ["auto", "none", "int8"])
 def test_chat_answers_one_prompt(quantization):
     result = _semgate(
@@ -46,6 +50,7 @@ def test_chat_answers_one_prompt(quantization):
     assert "Paris" in result.stdout
 
 
+@slow
 def test_chat_runs_on_atens_kernels_when_ours_are_turned_off():
     # The path of a CPU without AVX-512 VNNI or a machine without a C compiler.
     result = _semgate(
@@ -114,12 +119,14 @@ def test_every_command_is_described_and_every_option_says_its_default():
         assert f"(default: {defaults[action.dest]}" in action.help, action.option_strings
 
 
+@slow
 def test_chat_says_when_an_answer_was_cut():
     result = _semgate("chat", "Tell me a long story.", "--max-tokens", "4", "--temperature", "0")
     assert result.returncode == 0, result.stderr
     assert "(cut at --max-tokens 4)" in result.stderr
 
 
+@slow
 def test_the_repl_knows_help_and_quit():
     """On a terminal (a pseudo-terminal here), without a prompt: the REPL."""
     controller, terminal = os.openpty()

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from engine import SamplingParams
+from engine import SamplingParams, step_window
 from engine.config import resolve_model_path
 from engine.cpu_kernels import cpu_kernels_or_none
 from engine.disk_cache import cache_dir
@@ -32,6 +32,23 @@ GREEDY_32 = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
 needs_kernels = pytest.mark.skipif(
     cpu_kernels_or_none() is None, reason="semgate's CPU kernels need AVX-512 VNNI and a C compiler"
 )
+
+
+class StepClock:
+    """engine/step_window.py's clock, moved on by hand: a window ages without a wait."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def step_clock(monkeypatch: pytest.MonkeyPatch) -> StepClock:
+    clock = StepClock()
+    monkeypatch.setattr(step_window, "time", clock)
+    return clock
 
 
 @pytest.fixture(scope="session")

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 
 import pytest
 
 from engine import AsyncLLM, EngineConfig, SamplingParams
 from engine.step_window import StepWindow
+from tests.engine.conftest import StepClock
 from tests.engine.prompts import PROMPTS
+from tests.waiting import until_async
+
+pytestmark = pytest.mark.slow  # engine core processes: the module's, and one per test that ends one
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +55,8 @@ def test_leaving_a_stream_early_aborts_and_frees_blocks(async_llm):
             if len(out.token_ids) >= 3:
                 assert async_llm.get_stats().kv_cache_usage > 0
                 break
-        for _ in range(200):  # the core frees them before its next step, then reports
-            if async_llm.get_stats().kv_cache_usage == 0:
-                return
-            await asyncio.sleep(0.01)
+        # The core frees them before its next step, then reports.
+        await until_async("the blocks are free", lambda: async_llm.get_stats().kv_cache_usage == 0)
 
     asyncio.run(main())
     stats = async_llm.get_stats()
@@ -151,7 +152,7 @@ def test_shutdown_stops_the_engine_process():
         asyncio.run(_collect(engine, PROMPTS[0], SamplingParams(max_tokens=2)))
 
 
-def test_step_time_counts_each_step_and_ages_out_while_idle(async_llm):
+def test_step_time_counts_each_step_and_ages_out_while_idle(async_llm, step_clock: StepClock):
     async_llm._steps = StepWindow(seconds=1.0)  # a short window, to see it age out
     params = SamplingParams(max_tokens=5, ignore_eos=True)
 
@@ -162,6 +163,6 @@ def test_step_time_counts_each_step_and_ages_out_while_idle(async_llm):
     steps = async_llm.get_stats().steps
     assert steps.prefill_steps >= 1 and steps.prefill_tokens > 0
     assert (steps.decode_steps, steps.decode_tokens) == (4, 4)
-    time.sleep(1.1)  # the idle core reports nothing: the window ages on the reader's side
+    step_clock.now += 1.1  # the idle core reports nothing: the window ages on the reader's side
     idle = async_llm.get_stats().steps
     assert (idle.prefill_steps, idle.decode_steps, idle.busy_fraction) == (0, 0, 0.0)

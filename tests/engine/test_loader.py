@@ -40,6 +40,7 @@ def hf_dir(hf_reference, tmp_path_factory):
     return where
 
 
+@pytest.mark.slow  # transformers' own model (the session's reference) saved as a directory
 def test_hugging_face_directory_gives_the_same_outputs(hf_dir, llm):
     hf_llm = LLM(EngineConfig(model=str(hf_dir), max_model_len=1024, kv_cache_memory=1 << 27))
     assert hf_llm.engine.model_config == llm.engine.model_config

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import time
 import uuid
 
 import pytest
 
 from engine import SamplingParams
 from engine.step_window import StepTime, StepWindow
+from tests.engine.conftest import StepClock
 
 
 def test_sums_split_prefill_and_decode_steps():
@@ -24,16 +24,16 @@ def test_sums_split_prefill_and_decode_steps():
     assert s.busy_fraction == 1.0  # 0.875 s of steps inside a window a few us old
 
 
-def test_steps_leave_the_window_when_it_has_passed():
+def test_steps_leave_the_window_when_it_has_passed(step_clock: StepClock):
     window = StepWindow(seconds=0.2)
     window.add(StepTime(0.01, prefill_tokens=8, decode_tokens=0))
-    time.sleep(0.25)
+    step_clock.now += 0.25
     window.add(StepTime(0.02, prefill_tokens=0, decode_tokens=1))
     s = window.stats()
     assert (s.prefill_steps, s.prefill_seconds, s.prefill_tokens) == (0, 0.0, 0)
     assert (s.decode_steps, s.decode_tokens) == (1, 1)
     assert s.window_seconds == pytest.approx(0.2)
-    time.sleep(0.25)
+    step_clock.now += 0.25
     empty = window.stats()
     assert (empty.decode_steps, empty.decode_seconds, empty.busy_fraction) == (0, 0.0, 0.0)
 

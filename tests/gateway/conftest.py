@@ -4,15 +4,17 @@ admin, and the request helpers the HTTP tests share."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
+from tests.gateway.fake_upstream import FakeUpstream
 from tests.gateway.fixtures import ADMIN, ALICE, BOB
-from tests.gateway.servers import MODEL, Server
+from tests.gateway.servers import MODEL, Server, serving
+from tests.waiting import until
 
 # An engine server (`semgate serve --no-cache`): what tests of the gateway's upstream
 # mode put behind it. One thread, so that it and the gateway in front share the cores.
@@ -64,6 +66,21 @@ def engine_server(engine_process: Server) -> Server:
 
 
 @pytest.fixture(scope="session")
+def fake() -> Iterator[FakeUpstream]:
+    """The fake OpenAI-compatible server (tests/gateway/fake_upstream.py): tests compare
+    what it received since they began (every module that forwards to it adds to it)."""
+    with FakeUpstream() as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="session")
+def fake_front(fake: FakeUpstream) -> Iterator[Server]:
+    """A gateway in front of `fake` alone, cache off."""
+    with serving(Server(["--upstream", fake.url, "--no-cache"])) as [server]:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def alice(gateway: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key=ALICE, max_retries=0)
 
@@ -73,20 +90,23 @@ def bob(gateway: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key=BOB, max_retries=0)
 
 
+def client_of(server: Server, key: str, timeout: float = 120) -> httpx.Client:
+    """Raw HTTP to `server` with `key` as the bearer token."""
+    return httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout
+    )
+
+
 @pytest.fixture
 def admin(gateway: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(
-        base_url=gateway.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60
-    ) as client:
+    with client_of(gateway, ADMIN, timeout=60) as client:
         yield client
 
 
 @pytest.fixture
 def http(gateway: Server) -> Iterator[httpx.Client]:
     """Raw HTTP as alice, for what the SDK hides (headers, framing, error bodies)."""
-    with httpx.Client(
-        base_url=gateway.url, headers={"Authorization": f"Bearer {ALICE}"}, timeout=120
-    ) as client:
+    with client_of(gateway, ALICE) as client:
         yield client
 
 
@@ -96,14 +116,13 @@ def settle(url: str | httpx.URL, timeout: float = 10) -> None:
     just after their response ends, so a test that asks again at once would otherwise
     race the store (and follow the finished flight instead of hitting)."""
     root = str(url).rstrip("/").removesuffix("/v1")
-    deadline = time.monotonic() + timeout
     headers = {"Authorization": f"Bearer {ADMIN}"}
-    while time.monotonic() < deadline:
+
+    def settled() -> bool:
         stats = httpx.get(root + "/admin/cache/stats", headers=headers).json()
-        if stats["in_flight"] == 0 and stats["pending_stores"] == 0:
-            return
-        time.sleep(0.01)
-    raise TimeoutError("the gateway still has answers in flight")
+        return stats["in_flight"] == 0 and stats["pending_stores"] == 0
+
+    until("the gateway has no answer in flight", settled, timeout)
 
 
 @pytest.fixture
@@ -121,7 +140,23 @@ def messages(question: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
 
 
-def chat_body(question: str, **kw: object) -> dict[str, object]:
+def seed(admin: httpx.Client, question: str, answer: str, tenant: str, **kw: object) -> dict:
+    """Seeds an answer to `question` as asked after SYSTEM (as `messages` asks it): the
+    entry as the admin API returns it."""
+    body = {
+        "question": question,
+        "answer": answer,
+        "tenant": tenant,
+        "context": [{"role": "system", "content": SYSTEM}],
+        **kw,
+    }
+    seeded = admin.post("/admin/cache/entries", json=body)
+    assert seeded.status_code == 201, seeded.text
+    return seeded.json()
+
+
+def chat_body(question: str, **kw: object) -> dict[str, Any]:
+    """A greedy chat request for `question`: a JSON body, or the SDK's keyword arguments."""
     return {
         "model": MODEL,
         "messages": messages(question),

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.gateway.servers import Server, serving
+from tests.gateway.servers import Server, caching_server, serving
 
 ALICE, BOB, ADMIN = "sk-alice-test", "sk-bob-test", "sk-admin-test"
 LOADTEST = "sk-loadtest-test"
@@ -17,13 +17,7 @@ LOADTEST = "sk-loadtest-test"
 
 @pytest.fixture(scope="session")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    redis_dir = tmp_path_factory.mktemp("gateway-redis")
-    server = Server(
-        [
-            "--redis-data-dir", str(redis_dir),
-            "--api-keys", f"{ALICE}:alice,{BOB}:bob,{LOADTEST}:loadtest",
-            "--admin-key", ADMIN,
-        ]
-    )  # fmt: skip
-    with serving(server):
+    keys = f"{ALICE}:alice,{BOB}:bob,{LOADTEST}:loadtest"
+    flags = ["--api-keys", keys, "--admin-key", ADMIN]
+    with serving(caching_server(tmp_path_factory, flags)) as [server]:
         yield server

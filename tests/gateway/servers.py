@@ -3,31 +3,37 @@
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.probe import probed
 from cache.redis_server import free_port
 from gateway.serve_process import ServeProcess as Server
 from gateway.serve_process import serving
+from tests.waiting import until
 
 __all__ = [
     "MODEL",
     "Server",
+    "caching_server",
     "free_port",
     "metric",
     "probed",
     "ready",
     "serving",
-    "until",
     "value_in",
     "wait_for_idle_engine",
 ]
 
 MODEL = "smollm2-135m-instruct"
+
+
+def caching_server(tmp_path_factory: pytest.TempPathFactory, flags: list[str]) -> Server:
+    """A `semgate serve` with the cache on, its embedded Redis keeping its data in a
+    directory of its own (one Redis a data directory)."""
+    return Server(["--redis-data-dir", str(tmp_path_factory.mktemp("redis")), *flags])
 
 
 def metric(server: Server, sample: str, missing: float | None = None) -> float:
@@ -62,15 +68,6 @@ ENGINE_GAUGES = (
 )
 
 
-def until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
-    """Polls `check` until it holds (a hang guard, not a timing bound)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.02)
-
-
 def ready(server: Server) -> httpx.Response:
     return httpx.get(server.url + "/ready", timeout=10)
 
@@ -79,10 +76,10 @@ def wait_for_idle_engine(server: Server, timeout: float = 10) -> None:
     """Waits until the engine reports nothing running, waiting or in the KV cache. The
     engine core is a child process that applies aborts and reports its gauges after the
     gateway has moved on, so a test reads them only once they settle (a hang guard, not
-    a timing bound; the test asserts the gauges itself)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    a timing bound)."""
+
+    def idle() -> bool:
         text = httpx.get(server.url + "/metrics").text  # one scrape for the three gauges
-        if not any(value_in(text, g) for g in ENGINE_GAUGES):
-            return
-        time.sleep(0.05)
+        return not any(value_in(text, g) for g in ENGINE_GAUGES)
+
+    until("the engine is idle", idle, timeout)

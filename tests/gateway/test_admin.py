@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import ALICE, SYSTEM, messages, settle
+from tests.gateway.conftest import ALICE, messages, seed, settle
 from tests.gateway.servers import MODEL, Server
 
 pytestmark = pytest.mark.usefixtures("fresh")
@@ -103,24 +103,14 @@ def test_admin_bodies_are_validated(
 
 
 def test_seed_list_get_delete_and_flush(admin: httpx.Client, alice: openai.OpenAI):
-    seeded = admin.post(
-        "/admin/cache/entries",
-        json={
-            "question": "What is the speed of light?",
-            "answer": "About 299,792 km per second.",
-            "tenant": "alice",
-            "context": [{"role": "system", "content": SYSTEM}],
-            "ttl": 600,
-        },
-    )
-    assert seeded.status_code == 201, seeded.text
-    entry = seeded.json()
+    answer = "About 299,792 km per second."
+    entry = seed(admin, "What is the speed of light?", answer, "alice", ttl=600)
     raw = alice.chat.completions.with_raw_response.create(
         model=MODEL, messages=messages("How fast does light travel?"), temperature=0
     )
     assert raw.headers["x-cache-status"] == "Hit"
     assert raw.headers["x-cache-entry"] == entry["id"]
-    assert raw.parse().choices[0].message.content == "About 299,792 km per second."
+    assert raw.parse().choices[0].message.content == answer
 
     listing = admin.get("/admin/cache/entries", params={"tenant": "alice", "q": "light"}).json()
     assert listing["total"] == 1 and listing["data"][0]["id"] == entry["id"]

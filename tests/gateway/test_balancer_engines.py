@@ -20,6 +20,7 @@ from gateway.upstream.base import CompletionJob, Delta, UpstreamError
 from gateway.upstream.http import HttpUpstream
 from tests.gateway.conftest import up
 from tests.gateway.servers import MODEL, Server, metric
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.slow  # starts a second engine server
 
@@ -149,10 +150,7 @@ def test_a_killed_server_costs_what_it_held_and_gets_traffic_again_when_back(eng
             assert await served(upstream, start + "Who kept the logs?") == survivor
             assert await served(upstream, start + "How long?") == survivor
             await asyncio.to_thread(up, by_url[victim])
-            for _ in range(100):
-                if all(h.up for h in upstream.health()):
-                    break
-                await asyncio.sleep(0.1)
+            await until_async("it is back", lambda: all(h.up for h in upstream.health()))
             # Back, with an empty cache: a new prompt start goes to it.
             assert await served(upstream, later + "Who kept the logs?") == victim
             assert await served(upstream, start + "What was logged?") == survivor

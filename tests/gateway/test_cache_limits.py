@@ -13,7 +13,7 @@ from cache.store import MAX_TTL
 from gateway.replay import servable
 from gateway.upstream import CompletionJob
 from tests.engine.prompts import CAPITAL_QUESTION
-from tests.gateway.conftest import ALICE, SYSTEM, messages, settle
+from tests.gateway.conftest import ALICE, messages, seed, settle
 from tests.gateway.servers import MODEL, Server, probed
 
 LONG_ANSWER = " ".join(f"Light travels fast, step {i}." for i in range(80))  # 400 words
@@ -33,17 +33,7 @@ def chat(
 def test_a_seeded_answer_is_counted_and_kept_within_max_tokens(
     admin: httpx.Client, http: httpx.Client
 ):
-    seeded = admin.post(
-        "/admin/cache/entries",
-        json={
-            "question": "What is the speed of light?",
-            "answer": LONG_ANSWER,
-            "tenant": "alice",
-            "context": [{"role": "system", "content": SYSTEM}],
-        },
-    )
-    assert seeded.status_code == 201, seeded.text
-    usage = seeded.json()["metadata"]
+    usage = seed(admin, "What is the speed of light?", LONG_ANSWER, "alice")["metadata"]
     assert usage["completion_tokens"] > 400 and usage["prompt_tokens"] > 0
 
     # Too long for max_tokens 3: the engine answers (cut at 3 tokens, so not stored).
@@ -75,15 +65,9 @@ def test_a_seeded_answer_is_counted_and_kept_within_max_tokens(
 def test_a_seeded_answer_counts_as_the_engine_counted_it(admin: httpx.Client, http: httpx.Client):
     generated = chat(http, CAPITAL_QUESTION, max_tokens=64).json()
     assert generated["choices"][0]["finish_reason"] == "stop"
-    body = {
-        "question": "Name the capital of France.",
-        "answer": generated["choices"][0]["message"]["content"],
-        "tenant": "bob",
-        "context": [{"role": "system", "content": SYSTEM}],
-    }
-    seeded = admin.post("/admin/cache/entries", json=body)
-    assert seeded.status_code == 201, seeded.text
-    assert seeded.json()["metadata"]["completion_tokens"] == generated["usage"]["completion_tokens"]
+    answer = generated["choices"][0]["message"]["content"]
+    seeded = seed(admin, "Name the capital of France.", answer, "bob")
+    assert seeded["metadata"]["completion_tokens"] == generated["usage"]["completion_tokens"]
 
 
 @pytest.mark.parametrize(("max_tokens", "expected"), [(None, True), (21, True), (20, False)])

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gateway.conftest import SYSTEM, chat_body, settle
+from tests.gateway.conftest import chat_body, client_of, seed, settle
 from tests.gateway.fixtures import BOB
 from tests.gateway.servers import MODEL, Server, metric
 
@@ -96,22 +96,12 @@ def test_a_seeded_entry_saves_its_tokens_but_no_known_time(gateway: Server, admi
     before = saved(admin)
     tokens_before = metric(gateway, tokens_of("bob"), 0)
     seconds_before = metric(gateway, seconds_of("bob"), 0)
-    seeded = admin.post(
-        "/admin/cache/entries",
-        json={
-            "question": "What is the boiling point of water at sea level?",
-            "answer": "100 degrees Celsius.",
-            "tenant": "bob",
-            "context": [{"role": "system", "content": SYSTEM}],
-        },
-    )
-    assert seeded.status_code == 201, seeded.text
-    usage = seeded.json()["metadata"]
+    question = "What is the boiling point of water at sea level?"
+    usage = seed(admin, question, "100 degrees Celsius.", "bob")["metadata"]
     assert "generation_seconds" not in usage  # nobody generated it: no time is made up
 
-    bob = httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {BOB}"})
-    with bob:
-        hit = ask(bob, "What is the boiling point of water at sea level?")
+    with client_of(gateway, BOB) as bob:
+        hit = ask(bob, question)
     assert hit.headers["x-cache-status"] == "Hit"
     assert "x-cache-saved-seconds" not in hit.headers
 

@@ -13,20 +13,14 @@ import openai
 import pytest
 
 from tests.engine.prompts import CAPITAL_QUESTION
-from tests.gateway.conftest import ALICE, BOB, chat_body, messages, settle, timings_of
+from tests.gateway.conftest import ALICE, BOB, chat_body, settle, timings_of
 from tests.gateway.servers import MODEL, Server, metric, wait_for_idle_engine
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
 
 def ask(client: openai.OpenAI, question: str, **kw: object):
-    raw = client.chat.completions.with_raw_response.create(
-        model=MODEL,
-        messages=messages(question),
-        temperature=0,
-        max_tokens=96,
-        **kw,
-    )
+    raw = client.chat.completions.with_raw_response.create(**chat_body(question, **kw))
     settle(client.base_url)
     return raw.parse(), raw.headers
 
@@ -61,12 +55,7 @@ def test_async_streaming_miss_and_hit_replay(gateway: Server):
             "Who is the author of Pride and Prejudice?",
         ):
             raw = await client.chat.completions.with_raw_response.create(
-                model=MODEL,
-                messages=messages(question),
-                temperature=0,
-                max_tokens=96,
-                stream=True,
-                stream_options={"include_usage": True},
+                **chat_body(question, stream=True, stream_options={"include_usage": True})
             )
             statuses.append(raw.headers["x-cache-status"])
             stream = raw.parse()
@@ -81,12 +70,7 @@ def test_async_streaming_miss_and_hit_replay(gateway: Server):
             assert finish == "stop"
             texts.append(text)
             await asyncio.to_thread(settle, gateway.url)
-        plain = await client.chat.completions.create(
-            model=MODEL,
-            messages=messages("Who wrote Pride and Prejudice?"),
-            max_tokens=96,
-            temperature=0,
-        )
+        plain = await client.chat.completions.create(**chat_body("Who wrote Pride and Prejudice?"))
         return statuses, texts, plain.choices[0].message.content or ""
 
     statuses, texts, plain = asyncio.run(main())

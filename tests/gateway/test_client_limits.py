@@ -17,6 +17,7 @@ import pytest
 
 from tests.gateway.conftest import chat_body
 from tests.gateway.servers import Server, metric, serving
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow  # starts a server of its own
 
@@ -42,6 +43,13 @@ def connect(server: Server) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", server.port))
     sock.settimeout(30)
     return sock
+
+
+def healthy(server: Server) -> bool:
+    try:
+        return httpx.get(server.url + "/health").is_success
+    except httpx.TransportError:
+        return False
 
 
 def answer(sock: socket.socket) -> tuple[int, dict[str, Any], bytes]:
@@ -145,13 +153,8 @@ def test_connections_past_the_limit_are_refused(server: Server):
     finally:
         for sock in held:
             sock.close()
-    deadline = time.monotonic() + 10  # the closed ones are let go as the server notices
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(server.url + "/health").is_success:
-                break
-        time.sleep(0.05)
-    assert httpx.get(server.url + "/health").is_success
+    # The closed ones are let go as the server notices.
+    until("a new connection is served", lambda: healthy(server))
 
 
 def test_text_logs_escape_control_characters(server: Server):
@@ -160,9 +163,7 @@ def test_text_logs_escape_control_characters(server: Server):
     forged = '2026-11-26 21:50:55,000 INFO    semgate.access: "POST /admin/cache" 200 FORGED'
     path = "/v1/models/x%0a" + forged.replace(" ", "%20").replace('"', "%22") + "%1b%5b31m"
     assert httpx.get(server.url + path).status_code == 401
-    deadline = time.monotonic() + 10
-    while "FORGED" not in server.log() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    until("the access line is written", lambda: "FORGED" in server.log())
     lines = Path(server.log_path).read_text().splitlines()
     (line,) = [line for line in lines if "FORGED" in line]
     assert "semgate.access" in line.split('"')[0]  # the one real access line

@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import chat_body
-from tests.gateway.servers import Server, metric, ready, serving, until
+from tests.gateway.servers import Server, caching_server, metric, ready, serving
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow  # starts a server of its own
 
@@ -33,14 +34,13 @@ SEED = {"question": "What does the supervisor do?", "answer": "It restarts the c
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    args = [
-        "--redis-data-dir", str(tmp_path_factory.mktemp("supervised-core-redis")),
+    flags = [
         "--api-keys", f"{KEY}:supervised",
         "--admin-key", ADMIN_KEY,
         "--num-threads", "1",
         "--hang-timeout", str(HANG_TIMEOUT),
     ]  # fmt: skip
-    with serving(Server(args)) as (server,):
+    with serving(caching_server(tmp_path_factory, flags)) as (server,):
         seeded = httpx.post(
             server.url + "/admin/cache/entries",
             json=SEED,

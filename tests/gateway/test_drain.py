@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +15,8 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import chat_body
-from tests.gateway.servers import Server, serving
+from tests.gateway.servers import Server, metric, serving
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow  # starts two servers of their own
 
@@ -58,6 +58,10 @@ class Streams:
     def started(self, timeout: float = 60) -> bool:
         return all(event.wait(timeout) for event in self._content)
 
+    def ended(self) -> list[bool]:
+        """Which streams have their [DONE] already."""
+        return [bool(lines) and lines[-1] == "data: [DONE]" for lines in self.lines]
+
     def join(self) -> list[list[dict[str, Any]]]:
         """Each stream's events once it has ended (every stream ends with [DONE])."""
         for thread in self.threads:
@@ -65,6 +69,21 @@ class Streams:
         for lines in self.lines:
             assert lines[-1] == "data: [DONE]", lines[-3:]
         return [[json.loads(line[6:]) for line in lines[:-1]] for lines in self.lines]
+
+
+def in_engine(server: Server) -> float:
+    """The requests the engine holds, running or waiting."""
+    return metric(server, "semgate_num_requests_running") + metric(
+        server, "semgate_num_requests_waiting"
+    )
+
+
+def listening(server: Server) -> bool:
+    try:
+        httpx.get(server.url + "/health", timeout=5)
+    except httpx.TransportError:
+        return False
+    return True
 
 
 def exited(server: Server, timeout: float = 60) -> int:
@@ -89,12 +108,11 @@ def test_streams_still_running_at_the_grace_end_with_an_error_and_done(
         )
     )
     waiting.start()
-    time.sleep(0.5)  # the JSON request reaches the engine
+    until("the JSON request is in the engine beside the streams", lambda: in_engine(server) == 6)
     assert server.proc is not None
     server.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
-    with pytest.raises(httpx.TransportError):  # no longer listening
-        httpx.get(server.url + "/ready", timeout=5)
+    until("the server stops listening", lambda: not listening(server))
+    assert not any(streams.ended()), "the streams ended before the grace did"
     for events in streams.join():
         assert events[0]["choices"][0]["delta"]["role"] == "assistant"
         error = events[-1]["error"]

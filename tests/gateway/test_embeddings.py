@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 
 import httpx
 import numpy as np
@@ -13,21 +12,14 @@ import pytest
 from cache import Embedder
 from tests.gateway import fake_upstream
 from tests.gateway.fake_upstream import EMBEDDING, FakeUpstream
-from tests.gateway.servers import Server, serving
+from tests.gateway.servers import Server
 
 QUESTIONS = ["How do I reset my password?", "I forgot my password, how can I change it?",
              "What is the boiling point of water?"]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def local() -> Iterator[Embedder]:
-    """The same bundled embedder, in the test process."""
-    embedder = Embedder()
-    yield embedder
-    embedder.close()
-
-
-def test_vectors_are_the_bundled_embedders(alice: openai.OpenAI, local: Embedder):
+def test_vectors_are_the_bundled_embedders(alice: openai.OpenAI, embedder: Embedder):
+    local = embedder  # the same bundled embedder, in the test process
     # The SDK asks for base64 and decodes it; the float form must say the same.
     result = alice.embeddings.create(model="all-MiniLM-L6-v2", input=QUESTIONS)
     got = np.array([d.embedding for d in result.data], dtype=np.float32)
@@ -87,15 +79,17 @@ def test_a_gateway_without_the_cache_loads_the_embedder_on_first_use(engine_serv
     assert len(response.json()["data"][0]["embedding"]) == 384
 
 
-def test_other_models_are_forwarded_to_the_upstreams_that_serve_them():
-    with FakeUpstream() as fake, serving(Server(["--upstream", fake.url, "--no-cache"])) as [front]:
-        client = openai.OpenAI(base_url=front.url + "/v1", api_key="unused", max_retries=0)
-        sent = {"model": fake_upstream.MODEL, "input": ["one", "two"], "encoding_format": "float"}
-        raw = client.embeddings.with_raw_response.create(**sent, extra_body={"user": "u-7"})
-        assert fake.bodies[-1] == {**sent, "user": "u-7"}  # as it came
-        assert [d.embedding for d in raw.parse().data] == [EMBEDDING, EMBEDDING]
-        assert raw.headers["x-cache-bypass-reason"] == "embeddings"
-        local = client.embeddings.create(model="all-MiniLM-L6-v2", input="three")
-        assert len(local.data[0].embedding) == 384 and len(fake.bodies) == 1
-        with pytest.raises(openai.NotFoundError, match="does not exist"):
-            client.embeddings.create(model="text-embedding-3-small", input="four")
+def test_other_models_are_forwarded_to_the_upstreams_that_serve_them(
+    fake_front: Server, fake: FakeUpstream
+):
+    client = openai.OpenAI(base_url=fake_front.url + "/v1", api_key="unused", max_retries=0)
+    received = len(fake.bodies)
+    sent = {"model": fake_upstream.MODEL, "input": ["one", "two"], "encoding_format": "float"}
+    raw = client.embeddings.with_raw_response.create(**sent, extra_body={"user": "u-7"})
+    assert fake.bodies[-1] == {**sent, "user": "u-7"}  # as it came
+    assert [d.embedding for d in raw.parse().data] == [EMBEDDING, EMBEDDING]
+    assert raw.headers["x-cache-bypass-reason"] == "embeddings"
+    local = client.embeddings.create(model="all-MiniLM-L6-v2", input="three")
+    assert len(local.data[0].embedding) == 384 and len(fake.bodies) == received + 1
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.embeddings.create(model="text-embedding-3-small", input="four")

@@ -5,7 +5,6 @@ is down. Cache off: this is about the upstream, not the cache."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -13,9 +12,8 @@ import httpx
 import pytest
 
 from tests.gateway.fake_upstream import GGUF, MODEL, FakeUpstream
-from tests.gateway.servers import Server, free_port
-
-HEALTH_INTERVAL_S = 5.0  # HttpUpstream's default
+from tests.gateway.servers import Server, free_port, ready, serving
+from tests.waiting import until
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +29,8 @@ def dead_url() -> str:
 
 @pytest.fixture(scope="module")
 def front(llama: FakeUpstream, dead_url: str) -> Iterator[Server]:
-    server = Server(["--no-cache", "--upstream", f"{llama.url}/v1,{dead_url}"])
-    server.start()
-    try:
+    with serving(Server(["--no-cache", "--upstream", f"{llama.url}/v1,{dead_url}"])) as [server]:
         yield server
-    finally:
-        server.stop()
 
 
 def chat(front: Server, **kw: object) -> httpx.Response:
@@ -44,25 +38,17 @@ def chat(front: Server, **kw: object) -> httpx.Response:
     return httpx.post(front.url + "/v1/chat/completions", json=body, timeout=30)
 
 
-def test_ready_within_one_health_interval_and_says_why_the_other_is_not_used(
+def test_ready_from_the_start_probe_and_says_why_the_other_is_not_used(
     front: Server, llama: FakeUpstream, dead_url: str
 ):
     """The /v1 form is the server's root, and a /ready that is not semgate's (llama-server's
-    `{"status": "ok"}`) says alive: the models come from /v1/models."""
-    deadline = time.monotonic() + 60  # the process's own start (no model to load)
-    while time.monotonic() < deadline:
-        try:
-            started = httpx.get(front.url + "/health", timeout=5).status_code == 200
-        except httpx.TransportError:
-            started = False
-        if started:
-            break
-        time.sleep(0.05)
-    seen = time.monotonic()
-    while (ready := httpx.get(front.url + "/ready", timeout=5)).status_code != 200:
-        assert time.monotonic() - seen < HEALTH_INTERVAL_S, ready.text
-        time.sleep(0.05)
-    body = ready.json()
+    `{"status": "ok"}`) says alive: the models come from /v1/models. The probe made at
+    start finds it up: the server says it is ready as it starts, not a health interval
+    later (HttpUpstream.start; the line is logged just after /ready turns 200)."""
+    until("the start-up log says ready", lambda: f"ready: {front.url}" in front.log())
+    answer = ready(front)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
     assert body["models"] == [MODEL]
     upstreams = {u["name"]: u for u in body["upstreams"]}
     assert upstreams[llama.url] == {"name": llama.url, "up": True}

@@ -20,6 +20,7 @@ from gateway.upstream.http import HttpUpstream
 from tests.engine.prompts import CAPITAL_QUESTION
 from tests.gateway.conftest import MAX_MODEL_LEN
 from tests.gateway.servers import MODEL, Server, free_port, metric
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.slow  # starts a server of its own
 ROUND_ROBIN = BalancerConfig(policy="round_robin")  # the same prompt to each in turn
@@ -241,12 +242,8 @@ def test_aclose_mid_stream_aborts_the_server_side_request(servers):
             aborted = metric(server, ABORTED, missing=0)
             await stream.aclose()
             # The server saw the disconnect and dropped the request: counted as aborted,
-            # not finished (a hang guard only, not a timing bound).
-            for _ in range(300):
-                if metric(server, RUNNING) == 0:
-                    break
-                await asyncio.sleep(0.1)
-            assert metric(server, RUNNING) == 0
+            # not finished.
+            await until_async("the server drops it", lambda: metric(server, RUNNING) == 0)
             assert metric(server, ABORTED) == aborted + 1
             return await collect(upstream, job(upstream))
 
@@ -274,11 +271,7 @@ def test_killed_server_fails_over_and_comes_back_after_restart(servers, caplog):
             assert [s.healthy for s in upstream._servers] == [False, True]
             victim.start()
             await asyncio.to_thread(victim.wait_ready, 120)
-            for _ in range(20):
-                if upstream._servers[0].healthy:
-                    break
-                await asyncio.sleep(0.25)
-            assert upstream._servers[0].healthy
+            await until_async("it is healthy again", lambda: upstream._servers[0].healthy)
             caplog.clear()
             for _ in range(2):
                 check_complete(await collect(upstream, job(upstream)))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -17,6 +16,9 @@ import pytest
 from gateway.rate_limits import FAILED_AUTH_RATE
 from tests.gateway.conftest import chat_body
 from tests.gateway.servers import Server, serving
+from tests.waiting import until
+
+pytestmark = pytest.mark.slow  # starts a server of its own
 
 KEYS = {"sk-limited": "t1", "sk-queue": "t2", "sk-other": "t3", "sk-fresh": "t4", "sk-logs": "t5"}
 ADMIN_KEY = "sk-admin-limited"
@@ -64,9 +66,7 @@ def test_logs_are_json_with_one_access_line_a_request(limited: Server):
     headers = {"Authorization": "Bearer sk-logs", "x-request-id": "log-test-1"}
     assert httpx.get(limited.url + "/v1/models", headers=headers).status_code == 200
     # The line is written once the response has been sent, just after the client has it.
-    deadline = time.monotonic() + 10
-    while "log-test-1" not in limited.log_path.read_text() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    until("the access line is written", lambda: "log-test-1" in limited.log_path.read_text())
     lines = [json.loads(line) for line in limited.log_path.read_text().splitlines() if line]
     (access,) = [line for line in lines if line.get("request_id") == "log-test-1"]
     assert access["logger"] == "semgate.access" and access["level"] == "info"

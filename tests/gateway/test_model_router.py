@@ -26,7 +26,7 @@ from gateway.settings import Settings
 from gateway.upstream import HttpUpstream, ModelRouter
 from tests.gateway.conftest import ADMIN, settle
 from tests.gateway.fake_upstream import ARGUMENTS, FakeUpstream
-from tests.gateway.servers import MODEL, Server, free_port, serving
+from tests.gateway.servers import MODEL, Server, caching_server, free_port, serving
 
 LLAMA, QWEN, ALIAS = "llama-3-8b", "qwen-2-7b", "gpt-4o-mini"
 
@@ -213,18 +213,34 @@ def qwen() -> Iterator[FakeUpstream]:
 
 
 @pytest.fixture(scope="module")
-def front(
+def gateways(
     llama: FakeUpstream, qwen: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    redis_dir = tmp_path_factory.mktemp("routing-redis")
-    args = [
+) -> Iterator[list[Server]]:
+    """`front`: a cache-on gateway before both fakes, a model alias and a model list to
+    discover; `mixed`: the in-process engine's model beside one upstream group, cache
+    off. Started side by side, so that their loads overlap."""
+    front = [
         "--upstream", f"{LLAMA}={llama.url}",
         "--upstream", qwen.url,  # its models discovered
         "--model-alias", f"{ALIAS}={LLAMA}",
-        "--redis-data-dir", str(redis_dir), "--admin-key", ADMIN,
+        "--admin-key", ADMIN,
     ]  # fmt: skip
-    with serving(Server(args)) as [server]:
-        yield server
+    mixed = [
+        "--upstream", f"{QWEN}={qwen.url}", "--local-engine", "--model-alias", f"small={MODEL}",
+        "--no-cache", "--num-threads", "1", "--max-model-len", "512",
+    ]  # fmt: skip
+    with serving(caching_server(tmp_path_factory, front), Server(mixed)) as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def front(gateways: list[Server]) -> Server:
+    return gateways[0]
+
+
+@pytest.fixture(scope="module")
+def mixed(gateways: list[Server]) -> Server:
+    return gateways[1]
 
 
 @pytest.fixture(scope="module")
@@ -355,17 +371,6 @@ def test_a_model_nobody_serves_is_404_and_reaches_no_upstream(
     error = response.json()["error"]
     assert (error["code"], error["param"]) == ("model_not_found", "model")
     assert len(llama.bodies) + len(qwen.bodies) == before
-
-
-@pytest.fixture(scope="module")
-def mixed(qwen: FakeUpstream) -> Iterator[Server]:
-    """The in-process engine's model beside one upstream group, cache off."""
-    args = [
-        "--upstream", f"{QWEN}={qwen.url}", "--local-engine", "--model-alias", f"small={MODEL}",
-        "--no-cache", "--num-threads", "1", "--max-model-len", "512",
-    ]  # fmt: skip
-    with serving(Server(args)) as [server]:
-        yield server
 
 
 @slow

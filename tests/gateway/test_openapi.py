@@ -17,7 +17,7 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
-from tests.gateway.servers import Server, serving
+from tests.gateway.servers import Server, caching_server, serving
 
 pytestmark = pytest.mark.slow  # its own gateway, and a few hundred requests
 
@@ -29,10 +29,8 @@ EXAMPLES = 40  # per operation and phase
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A gateway of its own: the fuzzer changes thresholds and flushes the cache."""
-    redis_dir = tmp_path_factory.mktemp("openapi-redis")
-    args = ["--num-threads", "1", "--redis-data-dir", str(redis_dir),
-            "--api-keys", f"{TENANT_KEY}:fuzz", "--admin-key", ADMIN_KEY]  # fmt: skip
-    with serving(Server(args)) as [server]:
+    flags = ["--num-threads", "1", "--api-keys", f"{TENANT_KEY}:fuzz", "--admin-key", ADMIN_KEY]
+    with serving(caching_server(tmp_path_factory, flags)) as [server]:
         yield server
 
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from gateway.upstream import HttpUpstream
 from tests.gateway.conftest import ADMIN, settle
 from tests.gateway.fake_upstream import ARGUMENTS, ERROR, MODEL, SERVER_TIMING, FakeUpstream
-from tests.gateway.servers import Server, metric, serving
+from tests.gateway.servers import Server, caching_server, metric, serving
 
 pytestmark = pytest.mark.slow  # starts a gateway of its own
 
@@ -42,16 +42,9 @@ TOOLS = [
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as upstream:
-        yield upstream
-
-
-@pytest.fixture(scope="module")
 def front(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    redis_dir = tmp_path_factory.mktemp("passthrough-redis")
-    args = ["--upstream", fake.url, "--redis-data-dir", str(redis_dir), "--admin-key", ADMIN]
-    with serving(Server(args)) as [server]:
+    flags = ["--upstream", fake.url, "--admin-key", ADMIN]
+    with serving(caching_server(tmp_path_factory, flags)) as [server]:
         yield server
 
 

@@ -23,8 +23,9 @@ import redis.asyncio as aioredis
 
 from cache import EmbeddedRedis
 from cache.supervisor import RedisSupervisor
-from tests.gateway.conftest import ADMIN, chat_body, settle
-from tests.gateway.servers import Server, free_port, metric, ready, serving, until
+from tests.gateway.conftest import ADMIN, chat_body, client_of, settle
+from tests.gateway.servers import Server, caching_server, free_port, metric, ready, serving
+from tests.waiting import until, until_async
 
 pytestmark = pytest.mark.slow  # starts two servers of its own
 
@@ -34,13 +35,7 @@ ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
     """An embedded-Redis gateway, and one pointed at a port where nothing listens."""
-    embedded = Server(
-        [
-            "--redis-data-dir", str(tmp_path_factory.mktemp("supervised-redis")),
-            "--admin-key", ADMIN,
-            "--num-threads", "1",
-        ]
-    )  # fmt: skip
+    embedded = caching_server(tmp_path_factory, ["--admin-key", ADMIN, "--num-threads", "1"])
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
     unreachable = Server(
         ["--redis-url", nowhere, "--admin-key", ADMIN, "--num-threads", "1"],
@@ -93,7 +88,7 @@ def squat(port: int, timeout: float = 10) -> socket.socket:
 
 def test_a_killed_embedded_redis_is_restarted_with_its_data(servers: tuple[Server, Server]):
     gateway = servers[0]
-    admin = httpx.Client(base_url=gateway.url, headers=ADMIN_HEADERS, timeout=30)
+    admin = client_of(gateway, ADMIN, timeout=30)
     assert ready(gateway).json()["cache"] == "up"
     assert metric(gateway, "semgate_cache_up") == 1
     assert metric(gateway, "semgate_cache_redis_restarts_total") == 0
@@ -155,7 +150,7 @@ def test_a_paused_redis_is_skipped_by_the_circuit_breaker(servers: tuple[Server,
     every request), and /ready and /metrics say so. After SIGCONT the next probe closes
     it."""
     gateway = servers[0]
-    admin = httpx.Client(base_url=gateway.url, headers=ADMIN_HEADERS, timeout=30)
+    admin = client_of(gateway, ADMIN, timeout=30)
     assert ready(gateway).json()["cache"] == "up"
     pid, _ = embedded_redis(gateway)
     os.kill(pid, signal.SIGSTOP)
@@ -217,18 +212,13 @@ def test_an_external_redis_is_pinged(tmp_path: Path):
         supervisor = RedisSupervisor(client)
         supervisor.start()
 
-        async def until_up(up: bool) -> None:
-            async with asyncio.timeout(30):
-                while supervisor.up != up:
-                    await asyncio.sleep(0.02)
-
         try:
             assert server.pid is not None
             os.kill(server.pid, signal.SIGKILL)
-            await until_up(False)
+            await until_async("it is down", lambda: not supervisor.up)
             assert "no answer to PING" in (supervisor.down_reason or "")
             await asyncio.to_thread(server.restart)
-            await until_up(True)
+            await until_async("it is up again", lambda: supervisor.up)
             assert supervisor.down_reason is None and supervisor.restarts == 0
         finally:
             await supervisor.stop()

@@ -4,7 +4,6 @@ against the session's gateway; and forwarded as received to an upstream."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -15,7 +14,7 @@ from engine import LLM, SamplingParams
 from tests.gateway import fake_upstream
 from tests.gateway.conftest import timings_of
 from tests.gateway.fake_upstream import COMPLETION, FakeUpstream
-from tests.gateway.servers import MODEL, Server, metric, serving
+from tests.gateway.servers import MODEL, Server, metric
 
 PROMPT = "The capital of France is"
 
@@ -129,34 +128,22 @@ def test_bad_requests_are_400_naming_the_field(
     assert (error["param"], error["code"]) == (param, code)
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as upstream:
-        yield upstream
-
-
-@pytest.fixture(scope="module")
-def front(fake: FakeUpstream) -> Iterator[Server]:
-    with serving(Server(["--upstream", fake.url, "--no-cache"])) as [server]:
-        yield server
-
-
-def test_forwarded_to_the_upstream_as_received(front: Server, fake: FakeUpstream):
-    client = openai.OpenAI(base_url=front.url + "/v1", api_key="unused", max_retries=0)
+def test_forwarded_to_the_upstream_as_received(fake_front: Server, fake: FakeUpstream):
+    client = openai.OpenAI(base_url=fake_front.url + "/v1", api_key="unused", max_retries=0)
     # What the in-process engine refuses goes on as it came (vLLM's fields included).
     sent = {"model": fake_upstream.MODEL, "prompt": [PROMPT, "Two"], "max_tokens": 5,
             "logprobs": 2, "suffix": "!", "n": 2, "user": "user-42"}  # fmt: skip
-    before = bypasses(front)
+    before = bypasses(fake_front)
     raw = client.completions.with_raw_response.create(**sent, extra_body={"top_k": 40})
     assert fake.bodies[-1] == {**sent, "top_k": 40}
     assert raw.headers["x-cache-status"] == "Bypass"
     assert raw.headers["x-cache-bypass-reason"] == "completions"
     assert raw.parse().choices[0].text == COMPLETION
-    assert bypasses(front) == before + 1
+    assert bypasses(fake_front) == before + 1
 
     body = {"model": fake_upstream.MODEL, "prompt": PROMPT, "stream": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
-    with httpx.stream("POST", front.url + "/v1/completions", json=body, timeout=30) as r:
+    with httpx.stream("POST", fake_front.url + "/v1/completions", json=body, timeout=30) as r:
         relayed = r.read()
     direct = httpx.post(fake.url + "/v1/completions", json=body, timeout=30)
     assert relayed == direct.content  # byte for byte, [DONE] included

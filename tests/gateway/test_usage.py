@@ -15,7 +15,7 @@ import pytest
 
 from gateway.upstream.base import Delta
 from gateway.upstream.openai_wire import parse_sse
-from tests.gateway.conftest import chat_body, messages, settle
+from tests.gateway.conftest import chat_body, settle
 from tests.gateway.servers import MODEL
 
 BLOCK_SIZE = 16  # the engine's KV block: a prefix hit is whole blocks
@@ -85,12 +85,7 @@ def test_a_semantic_hit_reports_the_usage_the_answer_cost_originally(
     assert response.json()["usage"] == expected
 
     raw = alice.chat.completions.with_raw_response.create(
-        model=MODEL,
-        messages=messages(paraphrase),
-        temperature=0,
-        max_tokens=96,
-        stream=True,
-        stream_options={"include_usage": True},
+        **chat_body(paraphrase, stream=True, stream_options={"include_usage": True})
     )
     assert raw.headers["x-cache-status"] == "Hit"
     usage = [chunk.usage for chunk in raw.parse() if chunk.usage is not None]
