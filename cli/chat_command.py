@@ -44,6 +44,10 @@ def _stream_answer(llm: Any, messages: list[dict[str, str]], params: Any) -> str
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    if not args.prompt and not sys.stdin.isatty():  # refused before the model loads
+        console.print("[red]no prompt given and standard input is not a terminal[/red]")
+        console.print('usage: semgate chat "your question"   (or run it on a terminal for a REPL)')
+        return 2
     from engine import LLM, SamplingParams
 
     config = _engine_config(args)
@@ -58,10 +62,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.prompt:
         _stream_answer(llm, [*history, {"role": "user", "content": " ".join(args.prompt)}], params)
         return 0
-    if not sys.stdin.isatty():
-        console.print("[red]no prompt given and standard input is not a terminal[/red]")
-        console.print('usage: semgate chat "your question"   (or run it on a terminal for a REPL)')
-        return 2
     console.print(f"[bold]semgate chat[/bold]: {REPL_HELP}")
     while True:
         try:
