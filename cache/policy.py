@@ -7,9 +7,10 @@ so a follow-up ("and in winter?") only ever matches inside the same conversation
 
 A request the cache cannot key is one whose answer depends on more than the question it
 matches (tools, a schema, sampling it does not key on, fields it does not know), or is
-not one text (tool calls, logprobs, several choices): `CachePolicy.unkeyable` names the
-first such field. With upstreams such a request is passed through as it came; the
-in-process engine runs it uncached when it can (gateway/upstream: `supports`).
+not one text (tool calls, logprobs, several choices): `unkeyable` names the
+first such field, from CHAT_ASKS. With upstreams such a request is passed through as it
+came; the in-process engine runs it uncached when it honours what it asks (gateway/
+upstream/engine_support.py), and refuses it with a 400 otherwise.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 Message = Mapping[str, str]
@@ -46,6 +48,13 @@ class CacheRequest:
     temperature: float = 1.0
     fields: Mapping[str, Any] = field(default_factory=dict)
 
+    @cached_property
+    def unkeyable(self) -> Bypass | None:
+        """What in its fields the cache cannot key (the module's `unkeyable`). Read
+        once: it walks every message, and the lookup and the store both ask (the chat
+        service asks first, off the event loop for a long conversation)."""
+        return unkeyable(self.fields)
+
 
 @dataclass(frozen=True)
 class CompletionOutcome:
@@ -64,30 +73,16 @@ class Bypass:
     detail: str
 
 
-# Values of a request's fields that change nothing, beside None (not sent) and, for the
-# fields not listed, any falsy value (0, false, empty): n and best_of 1, top_k -1 or 0
-# (off), repetition_penalty 1, tool_choice "none", response_format of type "text".
-_NEUTRAL: dict[str, tuple[object, ...]] = {
-    "n": (1,),
-    "best_of": (1,),
-    "top_k": (-1, 0),
-    "repetition_penalty": (1,),
-    "tool_choice": ("none",),
-}
+def given(name: str, *neutral: object) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a request's `fields` give field `name` a value that asks for something:
+    not None (not sent) nor one of its `neutral` values, or, with none named, not falsy
+    (0, false, empty)."""
+    if neutral:
+        return lambda fields: fields.get(name) not in (None, *neutral)
+    return lambda fields: bool(fields.get(name))
 
 
-def sets(fields: Mapping[str, Any], name: str) -> bool:
-    """Whether a request (its `fields`, as CacheRequest.fields) gives field `name` a value
-    that asks for something (not None nor a neutral value)."""
-    value: Any = fields.get(name)
-    if name == "response_format":
-        return bool(value) and value.get("type", "text") != "text"
-    if name in _NEUTRAL:
-        return value not in (None, *_NEUTRAL[name])
-    return bool(value)
-
-
-def tool_messages(fields: Mapping[str, Any]) -> bool:
+def _tool_messages(fields: Mapping[str, Any]) -> bool:
     """Whether any message is a tool's or a function's result, or an assistant's call."""
     return any(
         m.get("role") in ("tool", "function") or m.get("tool_calls") or m.get("function_call")
@@ -95,7 +90,13 @@ def tool_messages(fields: Mapping[str, Any]) -> bool:
     )
 
 
-def non_text_content(fields: Mapping[str, Any]) -> bool:
+def _response_format(fields: Mapping[str, Any]) -> bool:
+    """Whether it asks for a format other than text (a JSON object or schema)."""
+    value: dict[str, Any] = fields.get("response_format") or {}
+    return value.get("type", "text") != "text"
+
+
+def _non_text_content(fields: Mapping[str, Any]) -> bool:
     """Whether any message has a content part other than text (image, audio, file)."""
     return any(
         part.get("type") != "text" or part.get("text") is None
@@ -105,29 +106,62 @@ def non_text_content(fields: Mapping[str, Any]) -> bool:
     )
 
 
-def _field(name: str, detail: str) -> tuple[Callable[[Mapping[str, Any]], bool], Bypass]:
-    return (lambda fields: sets(fields, name)), Bypass(name, detail)
+@dataclass(frozen=True)
+class Ask:
+    """Something a request asks beyond one text answer to its question: `name` is the
+    X-Cache-Bypass-Reason and the metric label, `param` the request field an upstream's
+    400 names, `what` the words for it; `asked` tells whether a request's fields ask it.
+    The cache keys none of them; each upstream says which it honours (`supports`)."""
+
+    name: str
+    param: str
+    what: str
+    asked: Callable[[Mapping[str, Any]], bool]
 
 
-# In order: the first that applies is the reason.
-_UNKEYABLE: tuple[tuple[Callable[[Mapping[str, Any]], bool], Bypass], ...] = (
-    _field("tools", "requests with tools are not cached"),
-    _field("tool_choice", "tool_choice is not cached"),
-    (tool_messages, Bypass("tool_messages", "tool and function messages are not cached")),
-    _field("response_format", "response formats are not cached"),
-    (
-        lambda f: sets(f, "logprobs") or sets(f, "top_logprobs"),
-        Bypass("logprobs", "logprobs are not cached"),
-    ),
-    _field("n", "n > 1 asks for several different answers"),
-    _field("presence_penalty", "presence_penalty is not keyed"),
-    _field("frequency_penalty", "frequency_penalty is not keyed"),
-    _field("logit_bias", "logit_bias is not keyed"),
-    _field("top_k", "top_k is not keyed"),
-    _field("min_p", "min_p is not keyed"),
-    _field("repetition_penalty", "repetition_penalty is not keyed"),
-    (non_text_content, Bypass("non_text_content", "only text content is cached")),
+def _field(name: str, what: str, *neutral: object) -> Ask:
+    return Ask(name, name, what, given(name, *neutral))
+
+
+# Sampling that chat and text completions share; neutral values change nothing (n 1,
+# top_k -1 or 0, repetition_penalty 1, penalties and min_p 0).
+SAMPLING_ASKS: tuple[Ask, ...] = (
+    _field("n", "n > 1 (several different answers)", 1),
+    _field("presence_penalty", "presence_penalty"),
+    _field("frequency_penalty", "frequency_penalty"),
+    _field("logit_bias", "logit_bias"),
+    _field("top_k", "top_k", -1, 0),
+    _field("min_p", "min_p"),
+    _field("repetition_penalty", "repetition_penalty", 1),
 )
+# A chat request's, in order: the first asked is the reason.
+CHAT_ASKS: tuple[Ask, ...] = (
+    _field("tools", "tools"),
+    _field("tool_choice", "tool_choice", "none"),
+    Ask("tool_messages", "messages", "tool and function messages", _tool_messages),
+    Ask("response_format", "response_format", "a response_format other than text",
+        _response_format),
+    Ask("logprobs", "logprobs", "logprobs",
+        lambda f: given("logprobs")(f) or given("top_logprobs")(f)),
+    *SAMPLING_ASKS,
+    Ask("non_text_content", "messages", "content parts other than text", _non_text_content),
+)  # fmt: skip
+
+
+def first_asked(asks: tuple[Ask, ...], fields: Mapping[str, Any]) -> Ask | None:
+    """The first of `asks` that a request's `fields` ask, if any."""
+    return next((ask for ask in asks if ask.asked(fields)), None)
+
+
+def unkeyable(fields: Mapping[str, Any], unknown_field: str | None = None) -> Bypass | None:
+    """The first of a chat request's `fields` (as CacheRequest.fields) the cache cannot
+    key, if any; else `unknown_field`, a field the gateway does not know (a path such as
+    `messages[1].prefix`), where the caller read the body as received."""
+    if (ask := first_asked(CHAT_ASKS, fields)) is not None:
+        return Bypass(ask.name, f"{ask.what}: not keyed by the cache")
+    if unknown_field is not None:
+        return Bypass("unknown_field", f"the field {unknown_field} is not known")
+    return None
 
 
 def normalize_prompt(text: str) -> str:
@@ -172,20 +206,9 @@ class CachePolicy:
             context=context_fingerprint(request.model, request.messages[:-1]),
         )
 
-    def unkeyable(
-        self, fields: Mapping[str, Any], unknown_field: str | None = None
-    ) -> Bypass | None:
-        """The first of a request's `fields` (as CacheRequest.fields) the cache cannot key,
-        if any; else `unknown_field`, a field the gateway does not know (a path such as
-        `messages[1].prefix`), where the caller read the body as received."""
-        found = next((bypass for applies, bypass in _UNKEYABLE if applies(fields)), None)
-        if found is None and unknown_field is not None:
-            return Bypass("unknown_field", f"the field {unknown_field} is not known")
-        return found
-
     def may_lookup(self, request: CacheRequest) -> Bypass | None:
         """Why the cache must not answer this request (None: it may)."""
-        if (found := self.unkeyable(request.fields)) is not None:
+        if (found := request.unkeyable) is not None:
             return found
         if request.temperature > self.max_temperature:
             return Bypass(

@@ -24,7 +24,7 @@ from functools import partial
 import msgspec
 
 from cache import (
-    CachePolicy,
+    Bypass,
     CacheRequest,
     CompletionOutcome,
     FlightError,
@@ -72,13 +72,11 @@ class ChatService:
         upstream: ModelRouter,
         cache: SemanticCache | None,
         metrics: GatewayMetrics,
-        policy: CachePolicy | None = None,
         early_start: bool = True,
         share_flights: bool = False,
     ) -> None:
         self.upstream = upstream
         self.cache = cache
-        self.policy = policy or CachePolicy()  # the cache's, cache on or off
         self.metrics = metrics
         # Start the upstream while the cache is asked, where a hit aborts it cheaply
         # (against remote upstreams every hit would cost them a request).
@@ -96,6 +94,23 @@ class ChatService:
         self.upstream.refuse_oversized(job)
         return job
 
+    def _translated(
+        self,
+        request: ChatCompletionRequest,
+        answer_id: str,
+        model: str,
+        tenant: str,
+        trace_id: str | None,
+        session: str | None,
+    ) -> tuple[CompletionJob, CacheRequest, Bypass | None]:
+        """The request as its upstream runs it (checked: `_servable`), as the cache keys
+        it, and what in it the cache cannot key: read here, where a long conversation is
+        off the event loop (it walks every message); the lookup and the store read the
+        same verdict (CacheRequest.unkeyable keeps it)."""
+        job = self._servable(chat_job(request, answer_id, model, tenant, trace_id, session))
+        asked = cache_request(job, tenant)
+        return job, asked, asked.unkeyable
+
     async def answer(
         self,
         request: ChatCompletionRequest,
@@ -111,16 +126,15 @@ class ChatService:
         # The job, the cache's partition and the metrics name the served model (an
         # alias's target); the answer names the model the client asked for.
         model = self.upstream.route(request.model)
-        translate = partial(chat_job, request_id=answer_id, model=model, tenant=tenant)
+        translate = partial(
+            self._translated, answer_id=answer_id, model=model, tenant=tenant,
+            trace_id=trace_id, session=session,
+        )  # fmt: skip
         # Off the event loop for many messages or parts (100,000 empty ones cost 50 ms).
-        job = await run_sized(
-            lambda r: self._servable(translate(r, trace_id=trace_id, session=session)),
-            request,
-            structure_size(request.messages),
-        )
-        if self.cache is not None and (unkeyable := self.policy.unkeyable(job.fields)):
+        size = structure_size(request.messages)
+        job, asked, unkeyable = await run_sized(translate, request, size)
+        if self.cache is not None and unkeyable is not None:
             return replace(await self._uncached(job, unkeyable.reason), model=request.model)
-        asked = cache_request(job, tenant)
         lookup: LookupResult | None = None
         early: EarlyStart | None = None
         own: server_timing.Timings = {}  # the gateway's own timings: cache, embed

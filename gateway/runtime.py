@@ -93,11 +93,7 @@ class Runtime:
         self.drain = Drain(settings.shutdown_grace, self._end_in_flight)
         # Replicas can only share an external Redis: an embedded one is this process's.
         shared = settings.redis_url is not None
-        # What may be cached, decided once: by the cache, and for pass-throughs.
-        self.policy = CachePolicy(max_temperature=settings.cache_max_temperature)
-        self.chat = ChatService(
-            self.upstream, None, self.metrics, self.policy, settings.early_start, shared
-        )
+        self.chat = ChatService(self.upstream, None, self.metrics, settings.early_start, shared)
         # Remote servers answer what the cache cannot key (PassThrough.serves); the
         # in-process engine refuses it.
         self.passthrough = (
@@ -242,7 +238,7 @@ class Runtime:
                 embedder=embedder,
                 thresholds=Thresholds(s.threshold, dict(s.model_thresholds),
                                       dict(s.tenant_thresholds)),
-                policy=self.policy,
+                policy=CachePolicy(max_temperature=s.cache_max_temperature),
                 default_ttl=s.cache_ttl,
                 breaker=CircuitBreaker(s.cache_breaker_after, s.cache_breaker_backoff),
             )  # fmt: skip

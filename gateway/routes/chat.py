@@ -8,6 +8,7 @@ from litestar import Request, Response, post
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 
+from cache.policy import unkeyable
 from gateway.answer_rendering import ChatShape, render_answer
 from gateway.cache_directives import CacheDirectives
 from gateway.chat_service import ChatService
@@ -69,7 +70,7 @@ async def chat_completions(
             # The body as received (decoded strictly into `data` already): what the
             # upstreams get if the cache cannot key it.
             body = msgspec.json.decode(await request.body())
-            if (bypass := chat.policy.unkeyable(body, unknown_field(body))) is not None:
+            if (bypass := unkeyable(body, unknown_field(body))) is not None:
                 answered = runtime.passthrough.answer(
                     data, body, bypass.reason, tenant, rid, session=session
                 )

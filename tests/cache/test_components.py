@@ -17,7 +17,7 @@ import redis
 
 from cache import CachePolicy, CompletionOutcome, EmbeddedRedis, Embedder, Thresholds
 from cache import redis_server as redis_server_module
-from cache.policy import context_fingerprint, normalize_prompt
+from cache.policy import context_fingerprint, normalize_prompt, unkeyable
 from cache.thresholds import distance_from_similarity, similarity_from_distance
 from tests.cache.fixtures import Run, ask
 from tests.waiting import until
@@ -59,7 +59,7 @@ def test_policy_bypasses_and_store_rules():
     ],
 )
 def test_policy_names_the_first_field_it_cannot_key(fields: dict, reason: str):
-    assert CachePolicy().unkeyable(fields).reason == reason
+    assert unkeyable(fields).reason == reason
 
 
 @pytest.mark.parametrize(
@@ -72,13 +72,12 @@ def test_policy_names_the_first_field_it_cannot_key(fields: dict, reason: str):
     ],
 )
 def test_neutral_values_are_keyed_as_usual(fields: dict):
-    assert CachePolicy().unkeyable(fields) is None
+    assert unkeyable(fields) is None
 
 
 def test_an_unknown_field_bypasses_once_nothing_else_does():
-    policy = CachePolicy()
-    assert policy.unkeyable({}, "reasoning_effort").reason == "unknown_field"
-    assert policy.unkeyable({"n": 2}, "reasoning_effort").reason == "n"
+    assert unkeyable({}, "reasoning_effort").reason == "unknown_field"
+    assert unkeyable({"n": 2}, "reasoning_effort").reason == "n"
 
 
 def test_context_fingerprint_covers_model_system_and_turns():
