@@ -242,10 +242,12 @@ class ChatService:
     async def _counted(
         self, source: AsyncGenerator[Delta, None], model: str
     ) -> AsyncGenerator[Delta, None]:
+        """`source`, its tokens counted for /metrics at its final delta."""
         try:
             async for delta in source:
                 if delta.finish_reason is not None:
-                    self._count(delta, model)
+                    self.metrics.prompt_tokens.labels(model).inc(delta.prompt_tokens or 0)
+                    self.metrics.generation_tokens.labels(model).inc(delta.completion_tokens or 0)
                 yield delta
         finally:
             await source.aclose()  # leaving early aborts it
@@ -288,19 +290,18 @@ class ChatService:
             source, sent = early.deltas(), early.sent
         else:
             source, sent = self.upstream.stream(job), time.perf_counter()
+        counted = self._counted(source, job.model)
         parts: list[str] = []
         stored: asyncio.Task[object] | None = None
         try:
-            async for delta in source:
+            async for delta in counted:
                 parts.append(delta.text)
-                if delta.finish_reason is not None:
-                    self._count(delta, job.model)
-                    if store:
-                        seconds = time.perf_counter() - sent
-                        stored = self._store(delta, "".join(parts), seconds, asked, lookup, ttl)
+                if delta.finish_reason is not None and store:
+                    seconds = time.perf_counter() - sent
+                    stored = self._store(delta, "".join(parts), seconds, asked, lookup, ttl)
                 yield delta
         finally:
-            await source.aclose()  # leaving early aborts it
+            await counted.aclose()  # leaving early aborts the upstream request
         if stored is not None:
             await asyncio.shield(stored)
 
@@ -331,10 +332,6 @@ class ChatService:
         self._stores.add(task)
         task.add_done_callback(self._stores.discard)
         return task
-
-    def _count(self, final: Delta, model: str) -> None:
-        self.metrics.prompt_tokens.labels(model).inc(final.prompt_tokens or 0)
-        self.metrics.generation_tokens.labels(model).inc(final.completion_tokens or 0)
 
     async def _timed(
         self,
