@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from cache.guard import Guard
@@ -26,19 +27,18 @@ T = TypeVar("T")
 
 @dataclass(eq=False)
 class Seat(Generic[T]):
-    """A missed request's place: `leads` (its own upstream request answers, for this
-    process and for other replicas' followers), else it follows another request's answer.
-    A seat whose flight has no source yet (`feeds`) must be fed once, at once: the
-    upstream's answer when it leads, else `remote` (another replica's, decoded), which
-    ends with FlightLost if that replica stops."""
+    """A missed request's place. A seat that `feeds` runs the flight's source, given
+    once, at once (`feed`): the upstream's answer when the request leads, or `remote`
+    (another replica's answer, decoded, which ends with FlightLost if that replica stops)
+    when this process follows another; else it follows a flight of this process
+    (`answer`)."""
 
-    leads: bool
     feeds: bool
     remote: AsyncGenerator[T, None] | None = None
     _flight: Flight[T] | None = None
     _stream: AsyncGenerator[T, None] | None = None
-    _claim: Claim | None = None
-    _publish: Callable[[Claim, AsyncIterator[T]], AsyncIterator[T]] | None = None
+    # Given when this process leads a flight shared through Redis: the source, published.
+    _publish: Callable[[AsyncIterator[T]], AsyncIterator[T]] | None = None
 
     def feed(self, source: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
         """Runs `source` as the flight's answer (published for other replicas when this
@@ -46,11 +46,7 @@ class Seat(Generic[T]):
         assert self.feeds, "only a seat without a source is fed"
         if self._flight is None:  # nothing to share: the request's own answer
             return source
-        if self._claim is not None and self._claim.leader and self._claim.shared:
-            assert self._publish is not None
-            self._flight.feed(self._publish(self._claim, source))
-        else:
-            self._flight.feed(source)
+        self._flight.feed(source if self._publish is None else self._publish(source))
         assert self._stream is not None
         return self._stream
 
@@ -77,20 +73,20 @@ class Coalescer(Generic[T]):
         the same exact question and variant."""
         scope, question, exact_key = lookup.scope, lookup.question, lookup.exact_key
         if scope is None or question is None or exact_key is None:
-            return Seat(leads=True, feeds=True)
+            return Seat(feeds=True)
         key = (scope, variant)
         found: Flight[T] | None = self.local.find(
             key, exact_key, question, lookup.vector, lookup.threshold
         )
         if found is not None:
             self.stats.coalesced += 1
-            return Seat(leads=False, feeds=False, _stream=found.subscribe())
+            return Seat(feeds=False, _stream=found.subscribe())
         # Registered before the claim's round trip, so that equivalent requests in this
         # process join it instead of claiming again.
         flight: Flight[T] = self.local.start(key, exact_key, question, lookup.vector)
         stream = flight.subscribe()
         if codec is None:
-            return Seat(leads=True, feeds=True, _flight=flight, _stream=stream)
+            return Seat(feeds=True, _flight=flight, _stream=stream)
         try:
             claim = await self.shared.claim(SharedFlights.flight_id(exact_key, variant))
         except BaseException as exc:  # cancelled: no one will feed the flight
@@ -98,18 +94,13 @@ class Coalescer(Generic[T]):
             raise
         encode, decode = codec
         if claim.leader:
-            return Seat(
-                leads=True,
-                feeds=True,
-                _flight=flight,
-                _stream=stream,
-                _claim=claim,
-                _publish=lambda claim, chunks: self.shared.publish(claim, chunks, encode),
-            )
+            # A failed claim (Redis down) leads alone: nothing to publish.
+            publish = partial(self.shared.publish, claim, encode=encode) if claim.shared else None
+            return Seat(feeds=True, _flight=flight, _stream=stream, _publish=publish)
         self.stats.coalesced += 1
         self.stats.coalesced_remote += 1
         remote = self._follow(claim, decode)
-        return Seat(leads=False, feeds=True, remote=remote, _flight=flight, _stream=stream)
+        return Seat(feeds=True, remote=remote, _flight=flight, _stream=stream)
 
     async def _follow(
         self, claim: Claim, decode: Callable[[bytes], Any]
