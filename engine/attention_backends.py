@@ -10,6 +10,7 @@ from __future__ import annotations
 from engine.attention import AttentionBackend, AttentionSpec
 from engine.cpu_attention import CpuAttention
 from engine.flash_attention import FlashAttention, FlashReferenceAttention
+from engine.options import ATTENTION_BACKEND_CHOICES
 from engine.torch_attention import TorchAttention
 
 BACKENDS: dict[str, type[AttentionBackend]] = {
@@ -20,16 +21,14 @@ BACKENDS: dict[str, type[AttentionBackend]] = {
     "flash_reference": FlashReferenceAttention,
 }
 AUTO_ORDER = ("flash", "cpu", "torch")
-BACKEND_CHOICES = ("auto", *BACKENDS)
 
 
 def select_attention_backend(name: str, spec: AttentionSpec) -> AttentionBackend:
     """The named backend (a ValueError saying why if it cannot serve the model), or for
     "auto" the best one that can."""
     if name != "auto" and name not in BACKENDS:
-        raise ValueError(
-            f"unknown attention backend {name!r} (available: {', '.join(BACKEND_CHOICES)})"
-        )
+        available = ", ".join(ATTENTION_BACKEND_CHOICES)
+        raise ValueError(f"unknown attention backend {name!r} (available: {available})")
     for candidate in AUTO_ORDER if name == "auto" else (name,):
         cls = BACKENDS[candidate]
         reason = cls.unsupported(spec)
