@@ -145,6 +145,7 @@ CHAT_ASKS: tuple[Ask, ...] = (
         lambda f: given("logprobs")(f) or given("top_logprobs")(f)),
     *SAMPLING_ASKS,
     Ask("non_text_content", "messages", "content parts other than text", _non_text_content),
+    _field("kv_transfer_params", "a prefill/decode transfer (kv_transfer_params)"),
 )  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from engine.logs import current_format, formatter
 from engine.metrics import EngineStats
 from engine.outputs import CoreOutput
 from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence
 from engine.step_window import StepTime
 
 log = logging.getLogger("semgate.engine")
@@ -39,6 +40,7 @@ class AddRequest:
     params: SamplingParams
     cache_salt: str | None
     arrival_time: float  # time.perf_counter(): CLOCK_MONOTONIC, the same in every process
+    kv_transfer_params: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -206,8 +208,12 @@ class _CoreLoop:
                 if (out := self.engine.abort(message.request_id)) is not None:
                     outputs.append(out)
                 continue
-            seq = self.engine.sequence_of(
-                message.prompt_token_ids, message.params, message.request_id, message.cache_salt
+            seq = Sequence(
+                message.request_id,
+                message.prompt_token_ids,  # checked by the client (AsyncLLM.generate)
+                message.params,
+                message.cache_salt,
+                message.kv_transfer_params,
             )
             seq.metrics.arrival_time = message.arrival_time
             try:

@@ -86,9 +86,10 @@ class LLM:
         params: SamplingParams,
         request_id: str | None = None,
         cache_salt: str | None = None,
+        kv_transfer_params: dict[str, Any] | None = None,
     ) -> str:
         """Queues one request (step() runs it); its id."""
-        seq = self.engine.make_sequence(prompt, params, request_id, cache_salt)
+        seq = self.engine.make_sequence(prompt, params, request_id, cache_salt, kv_transfer_params)
         self._add(seq)
         return seq.request_id
 
@@ -189,9 +190,11 @@ class AsyncLLM:
         params: SamplingParams | None = None,
         request_id: str | None = None,
         cache_salt: str | None = None,
+        kv_transfer_params: dict[str, Any] | None = None,
     ) -> AsyncGenerator[RequestOutput, None]:
         """Streams RequestOutputs (deltas) until finished; leaving early aborts the request.
-        Only requests with the same `cache_salt` share prefix-cache blocks."""
+        Only requests with the same `cache_salt` share prefix-cache blocks;
+        `kv_transfer_params` is vLLM's P/D protocol (engine/kv_connector.py)."""
         if self._stopped:
             raise EngineDeadError(self._stopped)
         params = params or SamplingParams()
@@ -204,7 +207,9 @@ class AsyncLLM:
         stream = _Stream(asyncio.get_running_loop())
         self._streams[rid] = stream
         state = self.processor.add(rid, token_ids, params)
-        request = AddRequest(rid, token_ids, params, cache_salt, state.metrics.arrival_time)
+        request = AddRequest(
+            rid, token_ids, params, cache_salt, state.metrics.arrival_time, kv_transfer_params
+        )
         finished = False
         if not self._pending:
             self._progress = time.monotonic()

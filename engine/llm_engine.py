@@ -6,6 +6,7 @@ import logging
 import time
 import uuid
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -150,19 +151,14 @@ class LLMEngine:
         params: SamplingParams,
         request_id: str | None = None,
         cache_salt: str | None = None,
+        kv_transfer_params: dict[str, Any] | None = None,
     ) -> Sequence:
         """Validates and tokenizes a request; raises ValueError with the reason."""
         token_ids = prompt_token_ids(
             prompt, params, self.tokenizer, self.model_config.vocab_size, self.max_model_len
         )
-        return self.sequence_of(token_ids, params, request_id or uuid.uuid4().hex, cache_salt)
-
-    def sequence_of(
-        self, token_ids: list[int], params: SamplingParams, request_id: str, cache_salt: str | None
-    ) -> Sequence:
-        """A request whose token ids `prompt_token_ids` has already checked (AsyncLLM checks
-        them in the caller's process, off the step loop)."""
-        return Sequence(request_id, token_ids, params, cache_salt)
+        rid = request_id or uuid.uuid4().hex
+        return Sequence(rid, token_ids, params, cache_salt, kv_transfer_params)
 
     def add_sequence(self, seq: Sequence) -> None:
         if seq.request_id in self.sequences:
@@ -188,8 +184,9 @@ class LLMEngine:
         params: SamplingParams,
         request_id: str | None = None,
         cache_salt: str | None = None,
+        kv_transfer_params: dict[str, Any] | None = None,
     ) -> str:
-        seq = self.make_sequence(prompt, params, request_id, cache_salt)
+        seq = self.make_sequence(prompt, params, request_id, cache_salt, kv_transfer_params)
         self.add_sequence(seq)
         return seq.request_id
 

@@ -106,5 +106,6 @@ class OutputProcessor:
             finish_reason=reason,
             stop_reason=stop,
             metrics=metrics,
+            kv_transfer_params=out.kv_transfer_params,
         )
         return Processed(output, abort=stop is not None and not out.finished)

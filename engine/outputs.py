@@ -4,7 +4,7 @@ output a caller sees (engine/output_processor.py makes one from the other)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from engine.metrics import RequestMetrics
 
@@ -21,6 +21,8 @@ class CoreOutput(NamedTuple):
     # The request's counters and timestamps (token_times left out): with its first
     # tokens and when it finishes, None in between.
     metrics: RequestMetrics | None
+    # When it finishes: what its KV connector tells the next server (vLLM's P/D protocol).
+    kv_transfer_params: dict[str, Any] | None = None
 
 
 @dataclass
@@ -39,6 +41,8 @@ class RequestOutput:
     finish_reason: str | None  # "stop" | "length" | "abort" once finished
     stop_reason: str | None  # the stop string that ended it, if one did
     metrics: RequestMetrics
+    # Once finished: what the KV connector says for a decode server (vLLM's P/D protocol).
+    kv_transfer_params: dict[str, Any] | None = None
 
     @property
     def num_cached_tokens(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum, auto
+from typing import Any
 
 from engine.metrics import RequestMetrics
 from engine.sampling_params import SamplingParams
@@ -21,6 +22,7 @@ class Sequence:
         "block_table",
         "cache_salt",
         "finish_reason",
+        "kv_transfer_params",
         "metrics",
         "num_computed_tokens",
         "num_prompt_tokens",
@@ -37,9 +39,12 @@ class Sequence:
         prompt_token_ids: list[int],
         params: SamplingParams,
         cache_salt: str | None = None,
+        kv_transfer_params: dict[str, Any] | None = None,
     ) -> None:
         self.request_id = request_id
         self.cache_salt = cache_salt  # prefix-cache blocks are shared only under one salt
+        # vLLM's P/D protocol, read by the KV connector (engine/kv_connector.py).
+        self.kv_transfer_params = kv_transfer_params
         self.token_ids = list(prompt_token_ids)  # prompt, then output
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params

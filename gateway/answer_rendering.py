@@ -54,8 +54,8 @@ class AnswerShape(Protocol[ChoiceT, WholeT]):
     def chunk_type(self) -> Callable[..., msgspec.Struct]:
         """A stream's chunk, built as (id, created, model, choices, usage=, timings=)."""
 
-    def whole(self, answer: Answer, text: str, finish: str | None, usage: Usage) -> WholeT:
-        """The JSON answer."""
+    def whole(self, answer: Answer, text: str, final: Delta | None) -> WholeT:
+        """The JSON answer: its text, and what its final delta says (None: none came)."""
 
 
 class ChatShape:
@@ -69,9 +69,12 @@ class ChatShape:
     def choice(self, text: str | None, finish: str | None = None) -> ChunkChoice:
         return ChunkChoice(0, DeltaMessage(content=text), finish)
 
-    def whole(self, answer: Answer, text: str, finish: str | None, usage: Usage) -> ChatCompletion:
-        choice = Choice(0, ResponseMessage("assistant", text), finish)
-        return ChatCompletion(answer.id, answer.created, answer.model, [choice], usage)
+    def whole(self, answer: Answer, text: str, final: Delta | None) -> ChatCompletion:
+        choice = Choice(0, ResponseMessage("assistant", text), _finish_of(final))
+        usage, kv = _usage_of(final), _kv_transfer_params_of(final)
+        return ChatCompletion(
+            answer.id, answer.created, answer.model, [choice], usage, kv_transfer_params=kv
+        )
 
 
 @dataclass(frozen=True)
@@ -87,9 +90,12 @@ class TextShape:
     def choice(self, text: str | None, finish: str | None = None) -> CompletionChoice:
         return CompletionChoice(0, text or "", finish)
 
-    def whole(self, answer: Answer, text: str, finish: str | None, usage: Usage) -> TextCompletion:
-        choice = CompletionChoice(0, self.echo + text, finish)
-        return TextCompletion(answer.id, answer.created, answer.model, [choice], usage=usage)
+    def whole(self, answer: Answer, text: str, final: Delta | None) -> TextCompletion:
+        choice = CompletionChoice(0, self.echo + text, _finish_of(final))
+        usage, kv = _usage_of(final), _kv_transfer_params_of(final)
+        return TextCompletion(
+            answer.id, answer.created, answer.model, [choice], usage=usage, kv_transfer_params=kv
+        )
 
 
 async def render_answer(
@@ -129,8 +135,7 @@ async def _collect(
         parts.append(delta.text)
         if delta.finish_reason is not None:
             final = delta
-    finish = final.finish_reason if final else None
-    whole = shape.whole(answer, "".join(parts), finish, _usage_of(final))
+    whole = shape.whole(answer, "".join(parts), final)
     return whole, (final.timings if final else None) or {}
 
 
@@ -164,6 +169,17 @@ async def _events(
             yield chunk([shape.choice(None, delta.finish_reason)], timings=timings)
     if include_usage:
         yield chunk([], _usage_of(final), _timings_of(final))
+
+
+def _finish_of(final: Delta | None) -> str | None:
+    return final.finish_reason if final is not None else None
+
+
+def _kv_transfer_params_of(final: Delta | None) -> dict[str, Any] | msgspec.UnsetType:
+    """The JSON answer's `kv_transfer_params`: absent unless a prefill server gave some."""
+    if final is None or final.kv_transfer_params is None:
+        return msgspec.UNSET
+    return dict(final.kv_transfer_params)
 
 
 def _usage_of(final: Delta | None) -> Usage:

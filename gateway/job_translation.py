@@ -150,6 +150,7 @@ def chat_job(
         seed=request.seed,
         ignore_eos=request.ignore_eos,
         cache_salt=prefix_cache_salt(tenant, request.cache_salt),
+        kv_transfer_params=request.kv_transfer_params,
         trace_id=trace_id,
         session=session or request.user,
         fields=request_fields(request),
@@ -199,6 +200,7 @@ def text_job(request: CompletionRequest, models: list[str], tenant: str) -> Comp
         seed=request.seed,
         ignore_eos=request.ignore_eos,
         cache_salt=prefix_cache_salt(tenant, request.cache_salt),
+        kv_transfer_params=request.kv_transfer_params,
         fields=request_fields(request),
     )
 

@@ -102,6 +102,9 @@ class ChatCompletionRequest(msgspec.Struct):
     user: str | None = None
     ignore_eos: bool = False  # vLLM's extension: generate max_tokens tokens, EOS or not
     cache_salt: str | None = None  # vLLM's extension: share prefix-cache blocks only within it
+    # vLLM's P/D protocol: {"do_remote_decode": true} asks a prefill server to save the
+    # prompt's KV for a decode server; what it answers is sent on to the decode server.
+    kv_transfer_params: dict[str, Any] | None = None
     cache: CacheOptions | None = None
     # Never silently ignored: values that ask for something (cache/policy.py) are
     # passed through to upstreams, and refused by the in-process engine.
@@ -158,6 +161,9 @@ class ChatCompletion(msgspec.Struct):
     usage: Usage
     object: Literal["chat.completion"] = "chat.completion"
     system_fingerprint: str | None = None
+    # vLLM's P/D protocol: a prefill server's answer to `do_remote_decode`, for the
+    # decode server; absent otherwise.
+    kv_transfer_params: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
 class DeltaMessage(msgspec.Struct, omit_defaults=True):
@@ -202,6 +208,7 @@ class CompletionRequest(msgspec.Struct):
     user: str | None = None
     ignore_eos: bool = False
     cache_salt: str | None = None
+    kv_transfer_params: dict[str, Any] | None = None  # as on ChatCompletionRequest
     # Refused by the in-process engine unless neutral; upstreams get them as sent.
     n: int | None = None
     best_of: int | None = None
@@ -233,6 +240,7 @@ class TextCompletion(msgspec.Struct):
     object: Literal["text_completion"] = "text_completion"
     usage: Usage | None = None
     timings: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
+    kv_transfer_params: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET  # as ChatCompletion's
 
 
 class ErrorBody(msgspec.Struct):

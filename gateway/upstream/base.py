@@ -39,6 +39,8 @@ class CompletionJob:
     seed: int | None = None
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks, tests)
     cache_salt: str | None = None  # vLLM's extension: prefix-cache blocks shared only within
+    # vLLM's P/D protocol (gateway/schemas.py): sent to the server that runs the job.
+    kv_transfer_params: Mapping[str, Any] | None = None
     prompt: str | list[int] | None = None
     # The request's X-Request-Id (the client's own when it sent one): remote servers are
     # sent it, so that their logs name the request as the client's and the gateway's do.
@@ -76,6 +78,9 @@ class Delta:
     # The remote server answering (its base URL), on the first delta; None elsewhere
     # and for the in-process engine.
     upstream: str | None = None
+    # On the last delta: what a prefill server answers to `do_remote_decode` (vLLM's P/D
+    # protocol), for the decode server; None otherwise.
+    kv_transfer_params: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,15 @@
 """What the in-process engine honours of what a request asks beyond one text answer
 (cache/policy.py's asks): top_k, which its sampler takes beside temperature, top_p,
-seed, stop and max_tokens. Anything else asked is refused with a 400 naming the field,
-never silently ignored (gateway/upstream/in_process.py's `supports`)."""
+seed, stop and max_tokens, and kv_transfer_params (its KV store's P/D protocol).
+Anything else asked is refused with a 400 naming the field, never silently ignored
+(gateway/upstream/in_process.py's `supports`)."""
 
 from __future__ import annotations
 
 from cache.policy import CHAT_ASKS, SAMPLING_ASKS, Ask, first_asked, given
 from gateway.upstream.base import CompletionJob, Unsupported
 
-HONOURED = frozenset({"top_k"})
+HONOURED = frozenset({"top_k", "kv_transfer_params"})
 
 # A text completion's own (it is never cached, so the cache declares none of these); its
 # `logprobs` is a count: any, 0 included, asks for them.

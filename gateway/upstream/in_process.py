@@ -5,7 +5,8 @@ dies or hangs: gateway/upstream/core_supervisor.py)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Any
 
 from engine import AsyncLLM, EngineConfig, EngineDeadError, RequestMetrics, SamplingParams
 from engine.tokenizer import Tokenizer
@@ -210,7 +211,11 @@ class InProcessEngine:
             # generator happens to be garbage-collected.
             async with contextlib.aclosing(
                 self.llm.generate(
-                    prompt, params, request_id=job.request_id, cache_salt=job.cache_salt
+                    prompt,
+                    params,
+                    request_id=job.request_id,
+                    cache_salt=job.cache_salt,
+                    kv_transfer_params=_plain(job.kv_transfer_params),
                 )
             ) as outputs:
                 told = False  # the first text delta tells the phases so far
@@ -230,6 +235,7 @@ class InProcessEngine:
                             completion_tokens=len(out.token_ids),
                             cached_tokens=m.num_cached_tokens,
                             timings=_phases(m, finished=True),
+                            kv_transfer_params=out.kv_transfer_params,
                         )
         except EngineDeadError as exc:  # its core died or hung (the supervisor logs it)
             raise _unavailable(str(exc)) from exc
@@ -237,6 +243,12 @@ class InProcessEngine:
             raise UpstreamError(500, "the engine failed on this request", "server_error") from exc
         finally:
             self.in_flight -= 1
+
+
+def _plain(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A job's kv_transfer_params as the engine takes them (a plain dict, which pickles
+    to its core)."""
+    return dict(params) if params is not None else None
 
 
 def _unavailable(reason: str) -> UpstreamError:

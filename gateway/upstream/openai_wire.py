@@ -54,6 +54,8 @@ def request_body(job: CompletionJob) -> dict[str, Any]:
         body["ignore_eos"] = True
     if job.cache_salt is not None:
         body["cache_salt"] = job.cache_salt
+    if job.kv_transfer_params is not None:
+        body["kv_transfer_params"] = dict(job.kv_transfer_params)
     return body
 
 
