@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 import numpy as np
 import redis.exceptions
 
-from cache.circuit_breaker import CircuitBreaker
 from cache.coalescer import Coalescer
 from cache.embedder import Embedder
 from cache.entry import CacheEntry
@@ -41,6 +40,7 @@ from cache.tiers import (
     english_tier,
     multilingual_tier,
 )
+from resilience.circuit_breaker import CircuitBreaker
 
 log = logging.getLogger(__name__)
 

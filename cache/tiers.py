@@ -46,7 +46,7 @@ class Question:
     vectors: dict[str, np.ndarray] = field(default_factory=dict)  # by vector field
     embed_seconds: float | None = None
     # What the lookup awaits now: a timeout while Redis is awaited feeds the circuit
-    # breaker (cache/circuit_breaker.py), one while the embedder is does not.
+    # breaker (resilience/circuit_breaker.py), one while the embedder is does not.
     waiting_on: Literal["redis", "embedder"] | None = None
 
 

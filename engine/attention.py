@@ -71,6 +71,9 @@ class AttentionBackend(ABC):
     model."""
 
     name: ClassVar[str]
+    # How a block's bytes are laid out in the cache: blocks are shared through a KV store
+    # (engine/kv_block_codec.py) only between caches of one layout.
+    kv_layout: ClassVar[str] = "common"
     # What the backend needs of the batch: its queries of at most max_short_query tokens
     # first (0: rows in any order), and a block size that is a multiple of
     # block_size_multiple (preferred_block_size when the config sets none). InputBatch

@@ -90,6 +90,10 @@ def _step_report(
 
 ClientMessage = AddRequest | AbortRequest | None  # None: shut down
 
+# Seconds the loop sleeps at most when its requests wait on KV transfers; their threads
+# wake it sooner.
+IDLE_POLL = 0.05
+
 
 # `-c`, not `-m engine.core_process`: as __main__ the module's message classes would not
 # be the ones the client unpickles.
@@ -142,6 +146,7 @@ def main() -> None:
     )
     conn.send(ready)
     _CoreLoop(engine, conn).run()
+    engine.close()
 
 
 def _log_to_stderr(level: int, log_format: str) -> None:
@@ -161,6 +166,8 @@ class _CoreLoop:
         self.conn = conn
         self.inbox: queue.SimpleQueue[ClientMessage] = queue.SimpleQueue()
         self.wake = threading.Event()
+        if engine.kv_connector is not None:  # a load or a save done wakes an idle loop
+            engine.kv_connector.on_progress(self.wake.set)
         threading.Thread(target=self._receive, name="semgate-core-inbox", daemon=True).start()
 
     def _receive(self) -> None:
@@ -189,10 +196,16 @@ class _CoreLoop:
             if stepped:
                 outputs += self._step(failures)
             step = engine.last_step if stepped else None
-            if (messages or stepped) and not self._report(outputs, failures, step):
+            news = messages or outputs or failures or step is not None
+            if news and not self._report(outputs, failures, step):
                 return
             if not engine.has_unfinished():
                 self.wake.wait()
+                self.wake.clear()
+            elif step is None:
+                # Nothing could run: the requests wait on the KV connector, which wakes
+                # the loop when a load or a save is done (a new message does too).
+                self.wake.wait(IDLE_POLL)
                 self.wake.clear()
 
     def _apply(

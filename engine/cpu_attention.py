@@ -81,6 +81,7 @@ class CpuAttention(AttentionBackend):
     tensor a layer: the bytes are the common layout's, their order the kernel's."""
 
     name = "cpu"
+    kv_layout = "cpu: keys transposed within a block"
     max_short_query = 0  # rows in any order
     # The kernel stores keys transposed within a block, 16 slots to a vector.
     block_size_multiple = 16

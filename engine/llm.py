@@ -59,6 +59,9 @@ class LLM:
         self.engine = LLMEngine(config or EngineConfig(**kwargs), model)
         self.tokenizer = self.engine.tokenizer
         self.processor = OutputProcessor(self.tokenizer)
+        self._transfer_done = threading.Event()
+        if self.engine.kv_connector is not None:
+            self.engine.kv_connector.on_progress(self._transfer_done.set)
 
     def generate(
         self,
@@ -112,7 +115,15 @@ class LLM:
             if processed.abort:  # a stop string ended it
                 self.engine.abort(out.request_id)
             outputs.append(processed.output)
+        if self.engine.last_step is None and self.engine.waits_on_transfers():
+            # Nothing could run: wait for the KV connector rather than spin.
+            self._transfer_done.wait(0.05)
+            self._transfer_done.clear()
         return outputs
+
+    def close(self) -> None:
+        """Stops the engine's KV store threads, if it has a store."""
+        self.engine.close()
 
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished()

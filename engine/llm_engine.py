@@ -7,18 +7,22 @@ import time
 import uuid
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 
-from engine.attention import AttentionSpec
+from engine.attention import AttentionBackend, AttentionSpec
 from engine.attention_backends import select_attention_backend
 from engine.config import EngineConfig
+from engine.kv_block_codec import KVLayout
 from engine.kv_cache import BlockManager
 from engine.kv_cache_size import kv_cache_num_blocks
+from engine.kv_connector import KVConnector
 from engine.loaded_model import LoadedModel, load_model, model_key
 from engine.metrics import EngineStats
 from engine.model_runner import ModelRunner
 from engine.outputs import CoreOutput
+from engine.redis_kv_store import RedisKVStore
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSequence, Scheduler
 from engine.sequence import Sequence, Status
@@ -97,6 +101,7 @@ class LLMEngine:
                 "gpu_memory_utilization)"
             )
         self.block_manager = BlockManager(num_blocks, self.block_size, config.prefix_caching)
+        self.kv_connector = kv_store_connector(config, model, attention, self.block_size, device)
         self.scheduler = Scheduler(
             self.block_manager,
             max_num_seqs=config.max_num_seqs,
@@ -104,6 +109,7 @@ class LLMEngine:
             enable_chunked_prefill=config.chunked_prefill,
             eos_token_ids=self.tokenizer.eos_token_ids,
             max_model_len=self.max_model_len,
+            kv_connector=self.kv_connector,
         )
         self.runner = ModelRunner(
             self.model,
@@ -119,6 +125,8 @@ class LLMEngine:
             seed=config.seed,
         )
         self.sequences: dict[str, Sequence] = {}
+        # Finished outputs that wait for their KV to be saved (a prefill server's answer).
+        self.unanswered: dict[str, CoreOutput] = {}
         self.stats = EngineStats(spec_method=config.spec_method)
         self.step_window = StepWindow()
         self.last_step: StepTime | None = None  # the latest step's, None if it ran none
@@ -144,6 +152,8 @@ class LLMEngine:
         )
         if self.speculator is not None:
             log.info("speculative decoding: %s", self.speculator.description)
+        if config.kv_store is not None:
+            log.info("KV store: %s, role %s", _without_password(config.kv_store), config.kv_role)
 
     def make_sequence(
         self,
@@ -197,23 +207,37 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
+    def waits_on_transfers(self) -> bool:
+        """Whether nothing can run until the KV connector finishes a load or a save (its
+        `on_progress` callback says when)."""
+        return self.kv_connector is not None and self.kv_connector.pending()
+
     def abort(self, request_id: str) -> CoreOutput | None:
-        """Ends a request now and frees its KV blocks; None if it is not running."""
+        """Ends a request now and frees its KV blocks (once the connector is done with
+        them); None if it is not running."""
         seq = self.sequences.get(request_id)
         if seq is None:
             return None
         self.scheduler.finish(seq, "abort")
+        if self.kv_connector is not None and seq.request_id in self.scheduler.held:
+            self.kv_connector.save_kv([seq], self.runner.kv_caches)
         self._forget(seq)
         return self._output(seq, 0, time.perf_counter())
 
     def step(self) -> list[CoreOutput]:
         """One step: schedule -> run -> update -> the new tokens of each request that got
-        some (engine/output_processor.py turns them into RequestOutputs)."""
+        some (engine/output_processor.py turns them into RequestOutputs). With a KV
+        connector: loads start before the forward, saves after it, and answers that
+        waited for their saves go out."""
         step_started = time.perf_counter()
         self.last_step = None
+        answered = self._answer_released(self.scheduler.finish_transfers())
         scheduled = self.scheduler.schedule()
+        connector = self.kv_connector
+        if connector is not None:
+            connector.start_load_kv(self.runner.kv_caches)
         if not scheduled:
-            return []
+            return answered
         started = time.perf_counter()
         spec = self.speculator
         new_tokens = self.runner.execute(scheduled, spec.draft_probs if spec else {})
@@ -224,6 +248,8 @@ class LLMEngine:
             for item, tokens in zip(sampling, new_tokens, strict=True):
                 spec.record(item.seq, len(item.spec_token_ids), len(tokens))
         sampled = self.scheduler.update(scheduled, new_tokens)
+        if connector is not None:
+            connector.save_kv([item.seq for item in scheduled], self.runner.kv_caches)
         for seq, _ in sampled:
             if seq.finished:
                 self._forget(seq)
@@ -233,11 +259,31 @@ class LLMEngine:
             spec.observe_step(num_computed, seconds)
             self._propose(spec)
         now = time.perf_counter()
-        outputs = [self._output(seq, appended, now) for seq, appended in sampled]
+        outputs = answered
+        for seq, appended in sampled:
+            output = self._output(seq, appended, now)
+            # A prefill server's answer names KV that is only good once saved.
+            if seq.kv_transfer_params is not None and seq.request_id in self.scheduler.held:
+                self.unanswered[seq.request_id] = output
+            else:
+                outputs.append(output)
         step_seconds = time.perf_counter() - step_started
         self.last_step = StepTime(step_seconds, num_prefill, num_computed - num_prefill)
         self.step_window.add(self.last_step)
         return outputs
+
+    def _answer_released(self, released: list[Sequence]) -> list[CoreOutput]:
+        """The waiting answers of requests the connector released, with what it says."""
+        answers = []
+        for seq in released:
+            if (output := self.unanswered.pop(seq.request_id, None)) is not None:
+                answers.append(output._replace(kv_transfer_params=seq.kv_transfer_params))
+        return answers
+
+    def close(self) -> None:
+        """Stops the KV connector's threads (the engine's other parts need nothing)."""
+        if self.kv_connector is not None:
+            self.kv_connector.close()
 
     def _propose(self, spec: Speculator) -> None:
         """Proposals for the next step, sized for what that step will compute anyway."""
@@ -279,9 +325,52 @@ class LLMEngine:
         s.prefix_cache_hits = self.scheduler.prefix_cache_hits
         s.num_preemptions = self.scheduler.num_preemptions
         s.generation_tokens = self.scheduler.num_generated_tokens
+        if self.kv_connector is not None:
+            s.kv_transfer = self.kv_connector.stats
         if window:
             s.steps = self.step_window.stats()
         return s
+
+
+def kv_store_connector(
+    config: EngineConfig,
+    model: LoadedModel,
+    attention: AttentionBackend,
+    block_size: int,
+    device: torch.device,
+) -> KVConnector | None:
+    """The KV store's connector that config asks for (None without kv_store): blocks are
+    shared only with caches of the same layout (engine/kv_block_codec.py)."""
+    if config.kv_store is None:
+        return None
+    cfg = model.config
+    path = config.model_path
+    size = path.stat().st_size if path.is_file() else 0
+    layout = KVLayout(
+        model=f"{path.name}:{size}:{config.dtype}:{config.quantization}",
+        kv_dtype=config.kv_cache_dtype,
+        attention_layout=attention.kv_layout,
+        block_size=block_size,
+        num_layers=cfg.num_layers,
+        num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        dtype_bytes=config.torch_kv_cache_dtype.itemsize,
+    )
+    return RedisKVStore(
+        config.kv_store, config.kv_role, layout, ttl=config.kv_store_ttl, device=device
+    )
+
+
+def _without_password(url: str) -> str:
+    """A Redis URL as logs may show it."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" if parts.username else f":***@{host}"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return parts._replace(netloc=netloc).geturl()
 
 
 def _prefill_tokens(item: ScheduledSequence) -> int:

@@ -20,7 +20,8 @@ class RequestMetrics:
     first_scheduled_time: float | None = None
     token_times: list[float] = field(default_factory=list)
     finished_time: float | None = None
-    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache or the KV store
+    num_loaded_tokens: int = 0  # of which loaded from the KV store (engine/kv_connector.py)
     num_preemptions: int = 0
     num_preempted_tokens: int = 0  # computed tokens whose KV preemptions dropped
     # Before its first token: steps that computed a chunk of its prompt, and steps
@@ -73,6 +74,41 @@ class RequestMetrics:
         return self.finished_time - self.arrival_time
 
 
+# Seconds a KV store load or save of one request's blocks took (the histograms' bounds):
+# a round trip on one host is under a millisecond, 90 MB of a 4,000-token prompt tens.
+KV_TRANSFER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+@dataclass
+class TimeHistogram:
+    """Observations in seconds, counted per bucket of KV_TRANSFER_BUCKETS (the last count:
+    above them all), as Prometheus histograms are exported."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(KV_TRANSFER_BUCKETS) + 1))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        i = next((i for i, b in enumerate(KV_TRANSFER_BUCKETS) if seconds <= b), -1)
+        self.counts[i] += 1
+        self.total += seconds
+
+
+@dataclass
+class KVTransferStats:
+    """A KV connector's counters (engine/kv_connector.py): tokens whose KV went to or came
+    from the store, failures by reason (the tokens were computed instead, or not saved),
+    and how long loads and saves took."""
+
+    saved_tokens: int = 0
+    loaded_tokens: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    load_seconds: TimeHistogram = field(default_factory=TimeHistogram)
+    save_seconds: TimeHistogram = field(default_factory=TimeHistogram)
+
+    def fail(self, reason: str, count: int = 1) -> None:
+        self.failures[reason] = self.failures.get(reason, 0) + count
+
+
 @dataclass
 class EngineStats:
     num_running: int = 0
@@ -88,6 +124,7 @@ class EngineStats:
     spec_num_drafts: int = 0  # verifications of at least one proposed token
     spec_draft_tokens: int = 0  # tokens proposed
     spec_accepted_tokens: int = 0  # of which kept
+    kv_transfer: KVTransferStats | None = None  # with a KV store (engine/kv_connector.py)
     steps: StepWindowStats = field(default_factory=lambda: StepWindowStats(0.0))
 
     @property

@@ -15,6 +15,8 @@ KV_CACHE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 # engine/attention_backends.py's registry, and "auto" (tests/engine/test_options.py).
 ATTENTION_BACKEND_CHOICES = ("auto", "flash", "cpu", "torch", "flash_reference")
 SPEC_METHOD_CHOICES = ("ngram", "draft")
+KV_ROLE_CHOICES = ("both", "prefill", "decode")
+KV_STORE_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,25 @@ class EngineOptions:
         None, "draft model for spec_method draft", default_text="the target's own first layers"
     )
 
+    # engine/kv_connector.py and engine/redis_kv_store.py: full KV blocks shared with other
+    # engine servers (a replica, this one after a restart) through Redis, keyed as the
+    # prefix cache names them, so a prompt another server computed is loaded, not computed.
+    kv_store: str | None = option(
+        None, "Redis URL (redis://HOST:PORT/DB) of a KV store that engine servers share"
+    )
+    # vLLM's kv_role: a prefill server saves what it computes, a decode server only loads
+    # (saving would cost the decode steps P/D protects); both does both.
+    kv_role: str = option(
+        "both",
+        "with kv_store: prefill saves and loads, decode only loads, both does both",
+        choices=KV_ROLE_CHOICES,
+    )
+    kv_store_ttl: int | None = option(
+        None,
+        "seconds a block saved to the KV store lives",
+        default_text="none: Redis's maxmemory policy evicts (docs/deploy.md)",
+    )
+
     def __post_init__(self) -> None:
         """Checks what needs no model and no device: choices, counts and shares."""
         for setting in fields(EngineOptions):
@@ -168,9 +189,17 @@ class EngineOptions:
         for name in ("max_num_seqs", "num_spec_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        for name in ("max_num_batched_tokens", "block_size", "kv_cache_memory"):
+        for name in ("max_num_batched_tokens", "block_size", "kv_cache_memory", "kv_store_ttl"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.kv_store is not None:
+            if not self.kv_store.startswith(KV_STORE_SCHEMES):
+                schemes = ", ".join(KV_STORE_SCHEMES)
+                raise ValueError(f"kv_store must be a Redis URL ({schemes}), not {self.kv_store!r}")
+            if not self.prefix_caching:
+                raise ValueError("kv_store needs prefix_caching: blocks are keyed by its hashes")
+        elif self.kv_role != "both":
+            raise ValueError(f"kv_role {self.kv_role} needs a kv_store to save to or load from")
 
     def options(self) -> dict[str, Any]:
         """The values of these settings alone (without a subclass's own)."""

@@ -10,6 +10,11 @@ requests, until the budget or the sequence
 limit is reached. When KV blocks run out, the latest-arrived running request is
 preempted by recompute: its blocks are freed and it waits again at the front.
 The scheduler knows nothing of tensors.
+
+With a KV connector (engine/kv_connector.py), a waiting request whose prompt can be
+loaded past its local prefix hit gets its blocks and is parked (LOADING) until the load
+is done, taking no budget; then it runs, computing what was not loaded. A finished
+request whose connector still reads its blocks is held until it is released.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from engine.kv_cache import BlockManager
+from engine.kv_connector import KVConnector
 from engine.sequence import Sequence, Status
 
 
@@ -49,8 +55,10 @@ class Scheduler:
         enable_chunked_prefill: bool,
         eos_token_ids: Iterable[int],
         max_model_len: int,
+        kv_connector: KVConnector | None = None,
     ) -> None:
         self.block_manager = block_manager
+        self.kv_connector = kv_connector
         self.eos_token_ids = frozenset(eos_token_ids)
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
@@ -58,6 +66,8 @@ class Scheduler:
         self.enable_chunked_prefill = enable_chunked_prefill
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.loading: dict[str, Sequence] = {}  # parked while the connector loads their KV
+        self.held: dict[str, Sequence] = {}  # finished, blocks kept for the connector
         self.num_preemptions = 0
         # Prompt tokens of admitted requests, and how many of them the prefix cache served.
         self.prefix_cache_queries = 0
@@ -68,7 +78,31 @@ class Scheduler:
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.loading or self.held)
+
+    def finish_transfers(self) -> list[Sequence]:
+        """Takes in what the connector finished: loaded requests run (with what their
+        load brought counted computed), released ones give back their blocks. The
+        released, for the engine to answer those whose answer waited."""
+        if self.kv_connector is None:
+            return []
+        done = self.kv_connector.get_finished()
+        for rid, num_loaded in done.loaded.items():
+            seq = self.loading.pop(rid, None)
+            if seq is None:  # it ended while it loaded: released below
+                continue
+            seq.num_computed_tokens += num_loaded
+            seq.metrics.num_cached_tokens += num_loaded
+            seq.metrics.num_loaded_tokens += num_loaded
+            # Blocks the load did not fill are computed: trimmed, the run allocates them.
+            self.block_manager.trim(seq, seq.num_computed_tokens)
+            self.block_manager.cache_full_blocks(seq)
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+        released = [self.held.pop(rid) for rid in done.released if rid in self.held]
+        for seq in released:
+            self.block_manager.free_sequence(seq)
+        return released
 
     def schedule(self) -> list[ScheduledSequence]:
         budget = self.max_num_batched_tokens
@@ -112,11 +146,20 @@ class Scheduler:
                 seq.metrics.num_prefill_steps_waited += 1
         # New requests only when nothing had to be preempted for the running ones.
         while (
-            self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not preempted
+            self.waiting
+            and budget > 0
+            and len(self.running) + len(self.loading) < self.max_num_seqs
+            and not preempted
         ):
             seq = self.waiting[0]
             cached_ids, cached_hashes = self.block_manager.find_cached_prefix(seq)
             num_cached = len(cached_ids) * self.block_manager.block_size
+            if self.kv_connector is not None:
+                num_external, _ = self.kv_connector.get_num_new_matched_tokens(seq, num_cached)
+                if num_external:
+                    if not self._park(seq, cached_ids, cached_hashes, num_cached, num_external):
+                        break
+                    continue
             remaining = seq.num_tokens - num_cached
             num_new = min(remaining, budget)
             if num_new < remaining and not self.enable_chunked_prefill:
@@ -128,15 +171,42 @@ class Scheduler:
             self.waiting.popleft()
             seq.status = Status.RUNNING
             seq.num_computed_tokens = num_cached
-            self.prefix_cache_queries += seq.num_tokens
-            self.prefix_cache_hits += num_cached
-            if seq.metrics.first_scheduled_time is None:
-                seq.metrics.first_scheduled_time = time.perf_counter()
-                seq.metrics.num_cached_tokens = num_cached
+            self._admitted(seq, num_cached)
             self.running.append(seq)
             scheduled.append(ScheduledSequence.of(seq, num_new))
             budget -= num_new
         return scheduled
+
+    def _park(
+        self,
+        seq: Sequence,
+        cached_ids: list[int],
+        cached_hashes: list[bytes],
+        num_cached: int,
+        num_external: int,
+    ) -> bool:
+        """Gives seq blocks for its local hit and what it will load, and parks it until
+        the load is done (the connector's loads are all waited for this way: a
+        synchronous one is done when the next step asks); False if blocks run out."""
+        assert self.kv_connector is not None
+        if not self.block_manager.allocate(
+            seq, num_cached + num_external, cached_ids, cached_hashes
+        ):
+            return False
+        self.waiting.popleft()
+        seq.status = Status.LOADING
+        seq.num_computed_tokens = num_cached
+        self._admitted(seq, num_cached)
+        self.loading[seq.request_id] = seq
+        self.kv_connector.update_state_after_alloc(seq, num_external)
+        return True
+
+    def _admitted(self, seq: Sequence, num_cached: int) -> None:
+        self.prefix_cache_queries += seq.num_tokens
+        self.prefix_cache_hits += num_cached
+        if seq.metrics.first_scheduled_time is None:
+            seq.metrics.first_scheduled_time = time.perf_counter()
+            seq.metrics.num_cached_tokens = num_cached
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -202,13 +272,23 @@ class Scheduler:
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """Ends a request (stop, length or abort): names its full blocks for later
-        requests, then frees them at once."""
+        requests, then frees them at once, unless the connector keeps them (it is told
+        of every end; what it answers for the next server replaces the request's
+        kv_transfer_params)."""
         self.block_manager.cache_full_blocks(seq)
         if seq.status is Status.RUNNING:
             self.running.remove(seq)
         elif seq.status is Status.WAITING:
             self.waiting.remove(seq)
-        self.block_manager.free_sequence(seq)
+        elif seq.status is Status.LOADING:
+            del self.loading[seq.request_id]
+        keep = False
+        if self.kv_connector is not None:
+            keep, seq.kv_transfer_params = self.kv_connector.request_finished(seq)
+        if keep:
+            self.held[seq.request_id] = seq
+        else:
+            self.block_manager.free_sequence(seq)
         seq.status = Status.FINISHED
         seq.finish_reason = reason
         seq.metrics.finished_time = time.perf_counter()

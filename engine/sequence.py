@@ -11,6 +11,7 @@ from engine.sampling_params import SamplingParams
 
 class Status(Enum):
     WAITING = auto()
+    LOADING = auto()  # its KV is being loaded from outside (engine/kv_connector.py)
     RUNNING = auto()
     FINISHED = auto()
 
@@ -43,7 +44,8 @@ class Sequence:
     ) -> None:
         self.request_id = request_id
         self.cache_salt = cache_salt  # prefix-cache blocks are shared only under one salt
-        # vLLM's P/D protocol, read by the KV connector (engine/kv_connector.py).
+        # vLLM's P/D protocol (engine/kv_connector.py): what the request brought, and once
+        # it is finished, what its connector answers for the next server.
         self.kv_transfer_params = kv_transfer_params
         self.token_ids = list(prompt_token_ids)  # prompt, then output
         self.num_prompt_tokens = len(prompt_token_ids)

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from cache import CacheStats
 from cache.stats import SIMILARITY_BUCKETS
 from engine import EngineStats, RequestMetrics
+from engine.metrics import KV_TRANSFER_BUCKETS, KVTransferStats
 from gateway.upstream import EngineGauges, UpstreamHealth
 from gateway.upstream.balancer import REASONS
 
@@ -185,6 +186,46 @@ def _engine_metrics(g: EngineGauges) -> Iterator[Metric]:
     yield restarts
     if s.spec_method is not None:
         yield from _spec_metrics(g.model, s.spec_method, s)
+    if s.kv_transfer is not None:
+        yield from _kv_transfer_metrics(g.model, s.kv_transfer)
+
+
+def _kv_transfer_metrics(model: str, kv: KVTransferStats) -> Iterator[Metric]:
+    """The KV store's traffic (engine/kv_connector.py): tokens saved and loaded, tokens
+    whose transfer failed by reason (computed instead, or left unsaved), and how long
+    loads and saves took."""
+    tokens = CounterMetricFamily(
+        "semgate_kv_transfer_tokens",
+        "Tokens whose KV was saved to or loaded from the KV store.",
+        labels=["model_name", "direction"],
+    )
+    tokens.add_metric([model, "saved"], kv.saved_tokens)
+    tokens.add_metric([model, "loaded"], kv.loaded_tokens)
+    failures = CounterMetricFamily(
+        "semgate_kv_transfer_failures",
+        "Tokens whose KV could not be loaded (computed instead) or saved, by reason: "
+        "missing, truncated, header, checksum, timeout, unavailable, save_dropped.",
+        labels=["model_name", "reason"],
+    )
+    for reason, count in sorted(kv.failures.items()):
+        failures.add_metric([model, reason], count)
+    yield from (tokens, failures)
+    for name, what, histogram in (
+        ("load", "A request's load of its blocks", kv.load_seconds),
+        ("save", "A step's save of its new full blocks", kv.save_seconds),
+    ):
+        cumulative, buckets = 0, []
+        for bound, count in zip(KV_TRANSFER_BUCKETS, histogram.counts, strict=False):
+            cumulative += count
+            buckets.append((str(bound), cumulative))
+        buckets.append(("+Inf", cumulative + histogram.counts[-1]))
+        family = HistogramMetricFamily(
+            f"semgate_kv_{name}_seconds",
+            f"{what} from or to the KV store, in seconds.",
+            labels=["model_name"],
+        )
+        family.add_metric([model], buckets, histogram.total)
+        yield family
 
 
 def _upstream_metrics(servers: list[UpstreamHealth]) -> Iterator[Metric]:

@@ -17,7 +17,6 @@ from contextlib import AsyncExitStack
 from typing import Literal
 
 from cache import CachePolicy, CacheRuntime, SemanticCache, Thresholds
-from cache.circuit_breaker import CircuitBreaker
 from cache.shared_admin import SharedAdmin
 from cache.supervisor import RedisSupervisor
 from gateway.auth import Keyring
@@ -29,6 +28,7 @@ from gateway.metrics import CacheHealth, GatewayMetrics
 from gateway.passthrough import PassThrough
 from gateway.settings import Settings
 from gateway.upstream import HttpUpstream, InProcessEngine, ModelRouter, Upstream
+from resilience.circuit_breaker import CircuitBreaker
 
 log = logging.getLogger("semgate.gateway")
 

@@ -103,7 +103,7 @@ class Settings:
     # At SIGTERM, how long requests in flight may take to finish (gateway/drain.py).
     shutdown_grace: float = 30.0
     # Lookups in a row that time out on Redis before the cache is skipped, and for how
-    # long at first (cache/circuit_breaker.py).
+    # long at first (resilience/circuit_breaker.py).
     cache_breaker_after: int = 3
     cache_breaker_backoff: float = 5.0
     log_format: str = "text"  # "text" | "json"

@@ -9,14 +9,16 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
-PACKAGES = ("engine", "cache", "gateway", "loadtest", "bench", "cli")
-# Who may import whom. engine and cache are the ground floor; the gateway serves on
+PACKAGES = ("resilience", "engine", "cache", "gateway", "loadtest", "bench", "cli")
+# Who may import whom. resilience (what the cache and the KV store share) is below the
+# ground floor; engine and cache are the ground floor; the gateway serves on
 # them; the load generator talks HTTP (it reads workloads and report helpers from
 # bench and sizes prompts with the engine's tokenizer); cli is the composition root.
 ALLOWED = {
-    "engine": set(),
-    "cache": set(),
-    "gateway": {"engine", "cache"},
+    "resilience": set(),
+    "engine": {"resilience"},
+    "cache": {"resilience"},
+    "gateway": {"engine", "cache", "resilience"},
     "bench": {"engine", "cache", "gateway"},
     "loadtest": {"engine", "gateway", "bench"},
     "cli": {"engine", "cache", "gateway", "bench", "loadtest"},

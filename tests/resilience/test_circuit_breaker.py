@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cache.circuit_breaker import CircuitBreaker
+from resilience.circuit_breaker import CircuitBreaker
 
 
 class Clock:
@@ -28,7 +28,7 @@ def test_it_opens_after_timeouts_in_a_row_and_closes_on_an_answer():
     breaker.record_timeout()
     assert breaker.open and breaker.opens == 1
     assert not breaker.allows()
-    assert "3 lookups in a row timed out" in (breaker.reason or "")
+    assert "3 cache lookups in a row timed out" in (breaker.reason or "")
     clock.now += 5
     assert breaker.allows()  # the probe
     assert not breaker.allows()  # one at a time

@@ -1,11 +1,12 @@
-"""A circuit breaker on the cache's Redis: a Redis that hangs (paused, swapping, stuck
-on a slow command) answers nothing, and without this every request would wait out the
-lookup's whole timeout before it is answered uncached.
+"""A circuit breaker on a Redis: a Redis that hangs (paused, swapping, stuck on a slow
+command) answers nothing, and without this every request would wait out a whole timeout
+before it goes on without it (the cache's lookups; the engine's KV store transfers).
 
-Closed, it counts lookups that timed out waiting on Redis; `after` of them in a row open
-it. Open, the cache is skipped (lookups are bypasses, stores are skipped) for `backoff`
-seconds. Then one lookup is let through as a probe: if it answers, the breaker closes;
-if it times out, the breaker opens again for twice as long (at most `max_backoff`).
+Closed, it counts calls that timed out waiting on Redis; `after` of them in a row open
+it. Open, Redis is skipped (cache lookups are bypasses and stores are skipped; KV blocks
+are recomputed and not saved) for `backoff` seconds. Then one call is let through as a
+probe: if it answers, the breaker closes; if it times out, the breaker opens again for
+twice as long (at most `max_backoff`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-
-log = logging.getLogger("semgate.cache")
 
 
 class CircuitBreaker:
@@ -24,13 +23,21 @@ class CircuitBreaker:
         backoff: float = 5.0,
         max_backoff: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        calls: str = "cache lookups",
+        skipped: str = "the cache",
+        logger: str = "semgate.cache",
     ) -> None:
+        """`calls`: what it counts, `skipped`: what goes without Redis while it is open,
+        in its messages; `logger`: where it says so."""
         if after < 1 or backoff <= 0:
             raise ValueError("a circuit breaker needs after >= 1 and backoff > 0")
         self.after = after
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.clock = clock
+        self.calls = calls
+        self.skipped = skipped
+        self.log = logging.getLogger(logger)
         self.opens = 0  # times it opened (for /metrics)
         self._timeouts = 0  # in a row
         self._open_for = 0.0  # this opening's backoff; 0: closed
@@ -39,7 +46,7 @@ class CircuitBreaker:
 
     @property
     def open(self) -> bool:
-        """Whether the cache is being skipped (open, or half open with a probe out)."""
+        """Whether Redis is being skipped (open, or half open with a probe out)."""
         return self._open_for > 0
 
     @property
@@ -48,12 +55,12 @@ class CircuitBreaker:
             return None
         left = max(0.0, self._until - self.clock())
         return (
-            f"Redis is not answering: {self._timeouts} lookups in a row timed out; "
-            f"the cache is skipped, tried again in {left:.0f} s"
+            f"Redis is not answering: {self._timeouts} {self.calls} in a row timed out; "
+            f"{self.skipped} is skipped, tried again in {left:.0f} s"
         )
 
     def allows(self) -> bool:
-        """Whether a lookup may ask Redis now. Once the backoff has passed, the first
+        """Whether a call may ask Redis now. Once the backoff has passed, the first
         caller is the probe; another is let through if a probe never reported (its
         request went away) within the backoff."""
         if not self.open:
@@ -68,7 +75,7 @@ class CircuitBreaker:
 
     def record_success(self) -> None:
         if self.open:
-            log.info("Redis answers again: cache lookups resume")
+            self.log.info("Redis answers again: %s resume", self.calls)
         self._timeouts, self._open_for, self._probe_since = 0, 0.0, None
 
     def record_timeout(self) -> None:
@@ -79,5 +86,5 @@ class CircuitBreaker:
         backoff = min(self.max_backoff, 2 * self._open_for) if probing else self.backoff
         self._open_for, self._until, self._probe_since = backoff, self.clock() + backoff, None
         self.opens += 1
-        log.warning("%d cache lookups in a row timed out waiting on Redis: skipping the "
-                    "cache for %.0f s", self._timeouts, backoff)  # fmt: skip
+        self.log.warning("%d %s in a row timed out waiting on Redis: skipping %s for %.0f s",
+                         self._timeouts, self.calls, self.skipped, backoff)  # fmt: skip
