@@ -29,6 +29,8 @@ BENCHES = {
                     "fault_bench", "run_fault_bench"),
     "host-step": Bench("the engine core's host time per decode step, against a baseline",
                        "host_step", "run_host_step_bench"),
+    "kv-store": Bench("the Redis KV store: a replica's TTFT on a loaded prompt, saving's cost",
+                      "kv_store_bench", "run_kv_store_bench"),
 }  # fmt: skip
 WITH_BASELINE = frozenset({"faults", "host-step"})  # they take --baseline DIR
 

@@ -46,6 +46,7 @@ LOOKUP_TIMEOUT = 0.25  # seconds: the step loop waits this long at most for a lo
 # Seconds without a byte from Redis before a load or save fails (a 4,000-token prompt's
 # 90 MB arrive in a fraction of that on one host; the timeout is for a store that hangs).
 TRANSFER_TIMEOUT = 1.0
+CLOSE_TIMEOUT = 10.0  # seconds a closing store gives its queued saves
 # Blocks this engine saved lately, not saved again (a prefix shared by many requests).
 RECENT_SAVES = 65_536
 # Saves queued for Redis, in bytes: beyond it a step's saves are dropped (and counted),
@@ -276,7 +277,7 @@ class RedisKVStore(KVConnector):
         self._loads.put(None)
         self._saves.put(None)
         for thread in self._threads:
-            thread.join(timeout=TRANSFER_TIMEOUT)
+            thread.join(timeout=CLOSE_TIMEOUT)
         self.lookups.close()
         self.transfers.close()
 

@@ -5,6 +5,7 @@ down, hangs, or holds bad values costs time, never a wrong token."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -15,7 +16,7 @@ import pytest
 import redis
 
 from cache.redis_server import EmbeddedRedis
-from engine import SamplingParams
+from engine import AsyncLLM, SamplingParams
 from engine.config import EngineConfig
 from engine.kv_block_codec import HEADER, KVLayout, check_block, encode_block
 from engine.kv_cache import chain_hash, root_hash
@@ -235,3 +236,35 @@ def test_a_value_is_only_good_for_its_own_block_and_layout() -> None:
     assert check_block(replace(layout, kv_dtype="float32"), b"a" * 32, value) == "header"
     assert check_block(layout, b"a" * 32, None) == "missing"
     assert check_block(layout, b"a" * 32, value[:10]) == "truncated"
+
+
+@pytest.mark.slow  # two engine core processes
+def test_a_restarted_server_loads_its_prompt_and_answers_a_transfer_once_saved(
+    engine: Callable[..., LLM], store_url: str
+) -> None:
+    """Through the core process (AsyncLLM, as `semgate serve` runs it): a prefill
+    answer names what it saved; the server restarted on the same store loads it."""
+    expected = answer(engine())
+    redis.Redis.from_url(store_url).flushdb()
+    config = EngineConfig(kv_cache_memory=200 << 20, kv_store=store_url, num_threads=1)
+
+    async def last(server: AsyncLLM, params: SamplingParams, **kv: object) -> RequestOutput:
+        outs = [out async for out in server.generate(PROMPT, params, kv_transfer_params=kv)]
+        return outs[-1]
+
+    before = AsyncLLM(config)
+    try:
+        prefill = asyncio.run(last(before, replace(GREEDY, max_tokens=1), do_remote_decode=True))
+    finally:
+        before.shutdown()
+    assert prefill.kv_transfer_params is not None
+    assert prefill.kv_transfer_params["num_saved_tokens"] >= 400
+    after = AsyncLLM(config)
+    try:
+        out = asyncio.run(last(after, GREEDY, **prefill.kv_transfer_params))
+        stats = after.get_stats().kv_transfer
+    finally:
+        after.shutdown()
+    assert out.token_ids == expected.token_ids
+    assert out.metrics.num_loaded_tokens == (len(out.prompt_token_ids) - 1) // 16 * 16
+    assert stats is not None and stats.loaded_tokens == out.metrics.num_loaded_tokens
