@@ -65,9 +65,13 @@ def engine(model: LoadedModel, store_url: str) -> Iterator[Callable[..., LLM]]:
 
 
 def answer(
-    llm: LLM, salt: str | None = None, params: SamplingParams = GREEDY, **kv: object
+    llm: LLM,
+    salt: str | None = None,
+    params: SamplingParams = GREEDY,
+    prompt: str = PROMPT,
+    **kv: object,
 ) -> RequestOutput:
-    rid = llm.add_request(PROMPT, params, cache_salt=salt, kv_transfer_params=kv or None)
+    rid = llm.add_request(prompt, params, cache_salt=salt, kv_transfer_params=kv or None)
     while True:
         for out in llm.step():
             if out.request_id == rid and out.finished:
@@ -268,3 +272,17 @@ def test_a_restarted_server_loads_its_prompt_and_answers_a_transfer_once_saved(
     assert out.token_ids == expected.token_ids
     assert out.metrics.num_loaded_tokens == (len(out.prompt_token_ids) - 1) // 16 * 16
     assert stats is not None and stats.loaded_tokens == out.metrics.num_loaded_tokens
+
+
+def test_the_common_layout_round_trips_and_never_mixes_with_the_cpu_kernels(
+    engine: Callable[..., LLM],
+) -> None:
+    """torch's SDPA backend keeps the common layout that flash's does (its CUDA path
+    stages the same bytes through pinned memory): it round-trips too, and a CPU-kernel
+    engine never loads its blocks."""
+    prompt = PROMPT[: len(PROMPT) // 2]  # SDPA prefills slowly on a CPU
+    first = answer(engine(attention_backend="torch"), prompt=prompt)
+    second = answer(engine(attention_backend="torch"), prompt=prompt)
+    assert second.token_ids == first.token_ids
+    assert second.metrics.num_loaded_tokens == (len(second.prompt_token_ids) - 1) // 16 * 16
+    assert answer(engine(), prompt=prompt).metrics.num_loaded_tokens == 0
