@@ -143,6 +143,53 @@ def test_flushing_everything_must_be_said(admin: httpx.Client):
     assert admin.get("/admin/cache/entries", params={"tenant": "carol"}).json()["total"] == 0
 
 
+@pytest.mark.parametrize(
+    "params",
+    [{"tenant": ""}, {"model": ""}, {"tenant": "", "model": ""}, {"all": "false", "tenant": ""}],
+    ids=["tenant", "model", "both", "all-false"],
+)
+def test_an_empty_filter_is_no_filter(admin: httpx.Client, params: dict[str, str]):
+    """`DELETE /admin/cache?tenant=` (a script's unset variable) flushed every tenant's
+    entries with a 200: an empty value names nothing, so no scope is given."""
+    for tenant in ("alice", "bob"):
+        seed(admin, f"Kept for {tenant}?", "Yes.", tenant)
+    refused = admin.delete("/admin/cache", params=params)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "missing_scope"
+    for tenant in ("alice", "bob"):
+        assert admin.get("/admin/cache/entries", params={"tenant": tenant}).json()["total"] == 1
+
+
+def test_an_empty_filter_beside_another_leaves_that_one_alone(admin: httpx.Client):
+    for tenant in ("alice", "bob"):
+        seed(admin, f"Kept for {tenant}?", "Yes.", tenant)
+    flushed = admin.delete("/admin/cache", params={"tenant": "bob", "model": ""})
+    assert flushed.json() == {"deleted": 1}
+    assert admin.get("/admin/cache/entries", params={"tenant": "alice"}).json()["total"] == 1
+    listed = admin.get("/admin/cache/entries", params={"tenant": "", "model": MODEL, "q": ""})
+    assert listed.status_code == 200 and listed.json()["total"] >= 1
+
+
+@pytest.mark.parametrize("path", ["/admin/cache/entries", "/admin/cache/lookup"])
+def test_an_empty_tenant_in_a_body_is_400(admin: httpx.Client, path: str):
+    """An entry seeded for tenant "" could be named by no filter: only all=true would
+    reach it."""
+    response = admin.post(
+        path,
+        json={"question": "Q?", "answer": "A.", "tenant": ""}
+        if path.endswith("entries")
+        else {"question": "Q?", "tenant": ""},
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "tenant"
+
+
+def test_search_words_that_name_no_word_are_400(admin: httpx.Client):
+    """`q=?!` has no word to search: it listed every entry as if no `q` were given."""
+    response = admin.get("/admin/cache/entries", params={"q": "?!"})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "q"
+
+
 def test_seed_rejects_empty_answers(admin: httpx.Client):
     response = admin.post("/admin/cache/entries", json={"question": "Q?", "answer": " "})
     assert response.status_code == 400
