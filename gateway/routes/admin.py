@@ -41,7 +41,7 @@ from gateway.tokens import TokenCounter, token_counter
 MAX_PAGE = 500
 MISSING_SCOPE = "missing_scope"  # a flush that names no entries
 MAX_OFFSET = 1_000_000  # RediSearch's MAXSEARCHRESULTS: a page may start there at most
-ADMIN_ERRORS = error_responses(400, 401, 403, 404, 422, 429, 503)
+ADMIN_ERRORS = error_responses(400, 401, 403, 404, 429, 503)
 
 
 class ThresholdConfig(msgspec.Struct):
@@ -53,9 +53,10 @@ class ThresholdConfig(msgspec.Struct):
     per_tenant: dict[str, float]
 
 
-# Admin bodies refuse unknown fields (422; the document says `additionalProperties:
-# false`): a misspelt one would otherwise change nothing and answer 200. Values out of
-# range are 400s naming the field, from decoding (gateway/request_fields.py).
+# Admin bodies refuse unknown fields (400 `unknown_parameter`; the document says
+# `additionalProperties: false`): a misspelt one would otherwise change nothing and
+# answer 200. Values out of range are 400s naming the field, from decoding
+# (gateway/request_fields.py).
 class ThresholdUpdate(msgspec.Struct, forbid_unknown_fields=True):
     """Fields left out keep their value; a table given replaces that whole table."""
 
@@ -144,14 +145,6 @@ def _words(q: str | None) -> str | None:
     return words
 
 
-def _context_length(runtime: Runtime, model: str) -> int | None:
-    """The context length of `model` where this gateway runs it, else None."""
-    engine = runtime.engine
-    if engine is None or engine.llm is None or model != engine.model_id:
-        return None
-    return engine.max_model_len
-
-
 def _model(runtime: Runtime, model: str | None, param: str = "model") -> str:
     """The model named, as the cache partitions it (an alias: its target; 404 unless
     this gateway serves it), else the first served."""
@@ -234,7 +227,7 @@ async def seed_entry(data: SeedEntry, runtime: Runtime) -> EntryView:
         # the entry then serves only requests whose max_tokens it fits.
         usage = None
         if counter is not None:
-            limit = _context_length(runtime, model)
+            limit = runtime.context_length(model)
             if limit is not None:
                 _refuse_too_long(counter, prompt, data.answer, limit)
             usage = {
