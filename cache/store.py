@@ -292,9 +292,7 @@ class CacheStore:
             Tag("tenant") == tenant if tenant else None,
             Tag("model") == model if model else None,
         ]
-        # Words only: query syntax in the search text ("|", ")", "@tenant:") would be a
-        # syntax error or widen the filter beyond its tenant.
-        words = " ".join(re.findall(r"\w+", text or ""))
+        words = search_words(text or "")
         if words:
             parts.append(Text("prompt") % words)
         for part in parts:
@@ -336,11 +334,20 @@ class CacheStore:
 
     async def flush(self, tenant: str | None = None, model: str | None = None) -> int:
         """Deletes every entry, or those of one tenant and/or model; returns how many."""
+        if tenant == "" or model == "":  # redisvl reads an empty tag as any tag
+            raise ValueError("an empty tenant or model names no entries")
         expr = self._filter(tenant, model)
         if expr is None:
             return int(await self._indexed(self.index.clear))
         result = await self._indexed(lambda: self.index.drop_by_filter(expr))
         return int(result.processed)
+
+
+def search_words(text: str) -> str:
+    """The words of a search text, "" where it has none. Words only: query syntax in the
+    text ("|", ")", "@tenant:") would be a syntax error or widen the filter beyond its
+    tenant."""
+    return " ".join(re.findall(r"\w+", text))
 
 
 # Building the filter and query objects cost ~0.15 ms of the event loop a lookup, and

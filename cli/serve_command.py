@@ -113,6 +113,13 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         help="seconds requests in flight get to finish after SIGTERM (default: 30.0)",
     )
     serve.add_argument(
+        "--default-max-tokens",
+        type=int,
+        default=None,
+        help="the most tokens an answer gets when its request sets no max_tokens; 0: up "
+        "to the context (default: 1024)",
+    )
+    serve.add_argument(
         "--upstream",
         action="append",
         default=None,

@@ -74,6 +74,7 @@ class ChatService:
         metrics: GatewayMetrics,
         early_start: bool = True,
         share_flights: bool = False,
+        default_max_tokens: int | None = None,
     ) -> None:
         self.upstream = upstream
         self.cache = cache
@@ -84,6 +85,8 @@ class ChatService:
         # Coalesce with other gateway processes through Redis (costs a few round trips
         # per miss, so only where other replicas can share the Redis).
         self.codec = DELTA_CODEC if share_flights else None
+        # What an answer whose request sets no max_tokens is cut at (None: the context).
+        self.default_max_tokens = default_max_tokens
         self._stores: set[asyncio.Task[object]] = set()
 
     def _servable(self, job: CompletionJob) -> CompletionJob:
@@ -107,7 +110,10 @@ class ChatService:
         it, and what in it the cache cannot key: read here, where a long conversation is
         off the event loop (it walks every message); the lookup and the store read the
         same verdict (CacheRequest.unkeyable keeps it)."""
-        job = self._servable(chat_job(request, answer_id, model, tenant, trace_id, session))
+        job = chat_job(
+            request, answer_id, model, tenant, self.default_max_tokens, trace_id, session
+        )
+        job = self._servable(job)
         asked = cache_request(job, tenant)
         return job, asked, asked.unkeyable
 

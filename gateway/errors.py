@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import msgspec
 from litestar import Request, Response
@@ -27,11 +28,33 @@ ERROR_TYPES = {
     404: "invalid_request_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
-    422: "invalid_request_error",
     429: "rate_limit_error",
     503: "service_unavailable",
 }
 ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+# msgspec's (and so Litestar's) validation messages -> OpenAI's code for the mistake: a
+# field missing, one not known, a value of the wrong type or not among a field's values.
+# A value out of a field's range has none (OpenAI's differ by type and bound).
+_VALIDATION_CODES = (
+    (re.compile(r"^Object missing required field `([^`]+)`"), "missing_required_parameter"),
+    (re.compile(r"^Object contains unknown field `([^`]+)`"), "unknown_parameter"),
+    (re.compile(r"^Expected `[^`]+`, got `"), "invalid_type"),
+    (re.compile(r"^Invalid enum value"), "invalid_value"),
+)
+
+
+def validation_error(message: str, path: str | None) -> APIError:
+    """A body or parameter that does not validate, as OpenAI answers it: a 400 whose
+    `param` names the field (a missing or unknown one too, which msgspec names in the
+    message rather than the path) and whose `code` says what is wrong, where it can."""
+    for pattern, code in _VALIDATION_CODES:
+        if found := pattern.match(message):
+            named = found.group(1) if found.groups() else None
+            param = ".".join(p for p in (path, named) if p) or None
+            return APIError(400, f"invalid request: {message}", code=code, param=param)
+    return APIError(400, f"invalid request: {message}", param=path or None)
+
+
 # The 400s a request the API accepts can still get, as OpenAI names them: what this model
 # cannot do (a value other than the in-process engine's or the embedder's own, OpenAI's
 # code for a model that refuses one), or a prompt that does not fit its context.
@@ -83,17 +106,14 @@ def handle_api_error(_: Request, exc: APIError) -> Response[ErrorResponse]:
 
 
 def _validation_error(exc: ValidationException) -> APIError:
-    """Litestar's body validation: wrong types and missing fields are 422 naming the
-    field; a missing body is 400."""
+    """Litestar's validation (query parameters, bodies without StrictJSON): the first
+    problem, as validation_error says it; a missing body is `missing_body`."""
     problems = exc.extra if isinstance(exc.extra, list) else []
     first = problems[0] if problems and isinstance(problems[0], dict) else {}
     key = str(first.get("key", ""))
     if key == "data" and first.get("message") == "'data'":
         return APIError(400, "the request needs a JSON body", code="missing_body")
-    detail = "; ".join(
-        f"{p.get('message')} at '{p.get('key')}'" for p in problems if isinstance(p, dict)
-    )
-    return APIError(422, f"invalid request: {detail or exc.detail}", param=key or None)
+    return validation_error(str(first.get("message") or exc.detail), key)
 
 
 def handle_http_exception(_: Request, exc: HTTPException) -> Response[ErrorResponse]:

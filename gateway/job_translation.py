@@ -128,22 +128,38 @@ def unknown_field(body: Mapping[str, Any]) -> str | None:
     return None
 
 
+def max_tokens_of(asked: int | None, default_cap: int | None) -> tuple[int | None, bool]:
+    """A job's max_tokens (None: up to the context) and whether it is the server's default
+    cap: the client's, else that cap. The one place that decides it: the engine generates
+    at most that, a cached answer is served only within it (gateway/replay.py) and
+    equivalent requests coalesce by it, so a hit and a miss agree on where an answer
+    without max_tokens ends."""
+    if asked is not None:
+        return asked, False
+    return default_cap, default_cap is not None
+
+
 def chat_job(
     request: ChatCompletionRequest,
     request_id: str,
     model: str,
     tenant: str,
+    default_max_tokens: int | None = None,
     trace_id: str | None = None,
     session: str | None = None,
 ) -> CompletionJob:
     """`request` as `model` runs it: the name it is served under (ModelRouter.route).
-    `session` (the X-Session-Id header), else the end user's id, keeps the request on
-    the remote server of its session's earlier ones."""
+    `default_max_tokens` caps an answer whose request sets no max_tokens. `session` (the
+    X-Session-Id header), else the end user's id, keeps the request on the remote server
+    of its session's earlier ones."""
+    asked = request.max_completion_tokens or request.max_tokens
+    max_tokens, default_cap = max_tokens_of(asked, default_max_tokens)
     return CompletionJob(
         request_id=request_id,
         model=model,
         messages=flatten_messages(request.messages),
-        max_tokens=request.max_completion_tokens or request.max_tokens,
+        max_tokens=max_tokens,
+        default_cap=default_cap,
         **sampling_given(request),
         top_k=max(request.top_k or 0, 0),
         stop=stop_list(request.stop),
@@ -185,15 +201,21 @@ def _prompt(prompt: str | list[str | int | list[int]]) -> str | list[int]:
     return one  # not empty: CompletionRequest's types say so
 
 
-def text_job(request: CompletionRequest, models: list[str], tenant: str) -> CompletionJob:
-    """A text completion as the in-process engine runs it: its raw prompt, no template."""
+def text_job(
+    request: CompletionRequest, models: list[str], tenant: str, default_max_tokens: int | None
+) -> CompletionJob:
+    """A text completion as the in-process engine runs it: its raw prompt, no template;
+    without max_tokens, OpenAI's 16 (or the server's default cap, if lower)."""
     check_model(request.model, models)
+    default = min(DEFAULT_TEXT_MAX_TOKENS, default_max_tokens or DEFAULT_TEXT_MAX_TOKENS)
+    max_tokens, default_cap = max_tokens_of(request.max_tokens, default)
     return CompletionJob(
         request_id=f"cmpl-{uuid.uuid4().hex}",
         model=request.model,
         messages=[],
         prompt=_prompt(request.prompt),
-        max_tokens=request.max_tokens or DEFAULT_TEXT_MAX_TOKENS,
+        max_tokens=max_tokens,
+        default_cap=default_cap,
         **sampling_given(request),
         top_k=max(request.top_k or 0, 0),
         stop=stop_list(request.stop),

@@ -28,14 +28,15 @@ from swagger_ui_bundle import swagger_ui_path
 from gateway.schemas import ChatCompletion, ErrorResponse
 
 ERRORS = {
-    400: "Bad values, malformed or non-UTF-8 JSON; for a request the schema admits, a "
+    400: "Bad values, wrong types or missing fields (named in `param`, with OpenAI's "
+    "`code`: `invalid_type`, `missing_required_parameter`, `unknown_parameter`, "
+    "`invalid_value`), malformed or non-UTF-8 JSON; for a request the schema admits, a "
     "prompt over the context length (`context_length_exceeded`) or a value this model "
     "cannot honour (`unsupported_value`, naming it in `param`)",
     401: "No API key, or an unknown one",
     403: "A key that may not use this endpoint",
     404: "Unknown model (`model_not_found`) or entry",
     413: "Body over the size limit",
-    422: "A field of the wrong type, or missing, named in `param`",
     429: "Rate limit, or the engine's queue is full (with Retry-After)",
     502: "An upstream failed, or dropped the request (`upstream_error`)",
     503: "Not ready (the model loading, Redis down for the admin API), with Retry-After",

@@ -25,12 +25,14 @@ from gateway.metrics import GatewayMetrics
 from gateway.model_rename import renamed, renamed_lines
 from gateway.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.upstream import ModelRouter, UpstreamError
-from gateway.upstream.openai_wire import http_error, upstream_failure
+from gateway.upstream.openai_wire import context_length_error, http_error, upstream_failure
 
 # The gateway's own fields, never sent on: the answer's cache TTL, and the client's
 # prefix-cache salt (replaced by the tenant's, as on the cached path).
 _GATEWAY_FIELDS = ("cache", "cache_salt")
 CHAT_PATH = "/v1/chat/completions"
+# Each path's field that a prompt over the context is too long in.
+_PROMPT_FIELDS = {CHAT_PATH: "messages", "/v1/completions": "prompt", "/v1/embeddings": "input"}
 Forwardable = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
 
 
@@ -44,12 +46,14 @@ def _forwarded(body: Mapping[str, Any], request: Forwardable, tenant: str) -> di
     return forwarded
 
 
-def _openai_error(content: bytes) -> bool:
+def _openai_error(content: bytes) -> dict[str, Any] | None:
+    """The `error` object of a body in OpenAI's error shape, else None."""
     try:
         parsed = json.loads(content)
     except ValueError:
-        return False
-    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
+        return None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    return error if isinstance(error, dict) else None
 
 
 class PassThrough:
@@ -99,7 +103,7 @@ class PassThrough:
         streamed = False
         try:
             if resp.status_code >= 400:
-                return await _error(resp, headers)
+                return await _error(resp, headers, _PROMPT_FIELDS.get(path, "messages"))
             if media.startswith("text/event-stream"):
                 streamed = True  # the relay closes it
                 return Stream(
@@ -131,14 +135,21 @@ class PassThrough:
             await resp.aclose()
 
 
-async def _error(resp: httpx.Response, headers: dict[str, str]) -> Response[bytes]:
+async def _error(resp: httpx.Response, headers: dict[str, str], prompt: str) -> Response[bytes]:
     """An upstream error in OpenAI's shape is passed on as it is, status and all; any
-    other is made one. 401 and 403 concern the gateway's key, not the client's."""
+    other is made one, and so is a refusal of a prompt over the context (llama-server's
+    type is not OpenAI's code; `prompt` names the field). 401 and 403 concern the
+    gateway's key, not the client's."""
     content = await resp.aread()
-    if resp.status_code in (401, 403) or not _openai_error(content):
+    error = _openai_error(content)
+    if (
+        resp.status_code in (401, 403)
+        or error is None
+        or context_length_error(resp.status_code, error)
+    ):
         if resp.status_code >= 500:
             raise UpstreamError(502, "the upstream failed", "upstream_error")
-        raise http_error(resp)
+        raise http_error(resp, prompt)
     if (retry_after := resp.headers.get("retry-after")) is not None:
         headers["Retry-After"] = retry_after
     return Response(

@@ -31,9 +31,10 @@ Ttl = Annotated[int, Meta(ge=1, le=MAX_TTL, description="seconds, at most ten ye
 NonEmpty = Annotated[str, Meta(min_length=1)]
 NonBlank = Annotated[str, Meta(pattern=r"\S")]  # has a character other than whitespace
 # A tenant or model as the cache files it: no control characters (a NUL would end the
-# query RediSearch parses). Query parameters state it with TAG_PATTERN.
+# query RediSearch parses), and not empty (no filter could name it). Query parameters
+# state the pattern with TAG_PATTERN; there an empty value is no filter.
 TAG_PATTERN = r"^[^\x00-\x1f\x7f]*$"
-Tag = Annotated[str, Meta(pattern=TAG_PATTERN)]
+Tag = Annotated[str, Meta(pattern=TAG_PATTERN, min_length=1)]
 TokenId = Annotated[int, Meta(ge=0)]  # below each model's vocabulary size, too
 TokenIds = Annotated[list[TokenId], Meta(min_length=1)]
 

@@ -93,7 +93,10 @@ class Runtime:
         self.drain = Drain(settings.shutdown_grace, self._end_in_flight)
         # Replicas can only share an external Redis: an embedded one is this process's.
         shared = settings.redis_url is not None
-        self.chat = ChatService(self.upstream, None, self.metrics, settings.early_start, shared)
+        self.chat = ChatService(
+            self.upstream, None, self.metrics, settings.early_start, shared,
+            settings.default_max_tokens or None,
+        )  # fmt: skip
         # Remote servers answer what the cache cannot key (PassThrough.serves); the
         # in-process engine refuses it.
         self.passthrough = (
@@ -137,6 +140,14 @@ class Runtime:
             breaker is not None and breaker.open,
             breaker.opens if breaker is not None else 0,
         )
+
+    def context_length(self, model: str) -> int | None:
+        """The context length of `model` (a public name: an alias is its target) where
+        this gateway runs it, once loaded; else None (a remote server says its own)."""
+        engine = self.engine
+        if engine is None or engine.llm is None or self.upstream.route(model) != engine.model_id:
+            return None
+        return engine.max_model_len
 
     def alive_failure(self) -> str | None:
         """Why this process cannot mend itself (/health 503: a liveness probe should

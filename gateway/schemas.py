@@ -259,6 +259,9 @@ class ModelCard(msgspec.Struct):
     created: int
     owned_by: str = "semgate"
     object: Literal["model"] = "model"
+    # The context length, prompt and answer together (vLLM's field), of a model this
+    # gateway runs; null for a remote server's (its own /v1/models says it).
+    max_model_len: int | None = None
 
 
 class ModelList(msgspec.Struct):

@@ -100,6 +100,9 @@ class Settings:
     body_timeout: float = 30.0
     keep_alive_timeout: float = 5.0
     max_connections: int = 1000
+    # The most tokens an answer whose request sets no max_tokens gets (0: up to the
+    # context, as vLLM): a small model can loop to its context's end (docs/gateway.md).
+    default_max_tokens: int = 1024
     # At SIGTERM, how long requests in flight may take to finish (gateway/drain.py).
     shutdown_grace: float = 30.0
     # Lookups in a row that time out on Redis before the cache is skipped, and for how
@@ -125,6 +128,8 @@ class Settings:
                 raise ValueError(f"{name} must be > 0")
         if self.shutdown_grace < 0:
             raise ValueError("shutdown_grace must be >= 0")
+        if self.default_max_tokens < 0:
+            raise ValueError("default_max_tokens must be >= 0 (0: up to the context)")
         check_ttl(self.cache_ttl, "cache_ttl")
         if any(not key or not tenant for key, tenant in self.api_keys.items()):
             raise ValueError("API keys and tenant names must be non-empty")

@@ -21,15 +21,12 @@ from litestar.typing import FieldDefinition
 if TYPE_CHECKING:
     from litestar._openapi.schema_generation import SchemaCreator
 
-from gateway.errors import APIError
+from gateway.errors import APIError, validation_error
 
 T = TypeVar("T", bound=msgspec.Struct)
 
 # msgspec's validation messages end with the JSON path: "... - at `$.messages[0].role`".
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
-# A value of the right type outside a field's constraints (schemas.py): "Expected `float`
-# <= 2.0", "Expected `array` of length <= 4". A wrong type reads "Expected `float`, got ...".
-_CONSTRAINT = re.compile(r"^Expected `[^`]+` (?:[<>]=? |of length |matching |that's )")
 # A float where an integer may be: "Expected `int | null`, got `float`" (or any union
 # with `int`, such as a prompt's items: "Expected `int | str | array`, got `float`").
 _FLOAT_FOR_INT = re.compile(r"^Expected `(?:[^`]* \| )?int(?: \| [^`]*)?`, got `float`")
@@ -67,11 +64,8 @@ def decode_strict(body: bytes, model: type[T]) -> T:
         message = str(exc)
         match = _PATH.search(message)
         # A dict's key is not named: "per_tenant[...]" is the table, "per_tenant".
-        param = match.group(1).replace("[...]", "") if match else None
-        # A value out of range is a 400, as the gateway refuses bad values; a wrong type
-        # or a missing field is a 422.
-        status = 400 if _CONSTRAINT.match(message) else 422
-        raise APIError(status, f"invalid request: {message}", param=param or None) from None
+        path = match.group(1).replace("[...]", "") if match else None
+        raise validation_error(message, path) from None
     except msgspec.DecodeError as exc:
         raise APIError(400, f"could not parse the JSON body: {exc}", code="invalid_json") from None
     except UnicodeDecodeError:

@@ -16,6 +16,7 @@ from redisvl.exceptions import RedisVLError
 
 from cache import CacheRequest, SemanticCache, Thresholds
 from cache.shared_admin import SharedAdmin
+from cache.store import search_words
 from gateway.admin_schemas import (
     CandidateView,
     EntryPage,
@@ -40,7 +41,7 @@ from gateway.tokens import TokenCounter, token_counter
 MAX_PAGE = 500
 MISSING_SCOPE = "missing_scope"  # a flush that names no entries
 MAX_OFFSET = 1_000_000  # RediSearch's MAXSEARCHRESULTS: a page may start there at most
-ADMIN_ERRORS = error_responses(400, 401, 403, 404, 422, 429, 503)
+ADMIN_ERRORS = error_responses(400, 401, 403, 404, 429, 503)
 
 
 class ThresholdConfig(msgspec.Struct):
@@ -52,9 +53,10 @@ class ThresholdConfig(msgspec.Struct):
     per_tenant: dict[str, float]
 
 
-# Admin bodies refuse unknown fields (422; the document says `additionalProperties:
-# false`): a misspelt one would otherwise change nothing and answer 200. Values out of
-# range are 400s naming the field, from decoding (gateway/request_fields.py).
+# Admin bodies refuse unknown fields (400 `unknown_parameter`; the document says
+# `additionalProperties: false`): a misspelt one would otherwise change nothing and
+# answer 200. Values out of range are 400s naming the field, from decoding
+# (gateway/request_fields.py).
 class ThresholdUpdate(msgspec.Struct, forbid_unknown_fields=True):
     """Fields left out keep their value; a table given replaces that whole table."""
 
@@ -125,19 +127,22 @@ _TAG_PARAMETER = Parameter(default=None, schema_extra={"pattern": TAG_PATTERN})
 
 
 def _tag(value: str | None, param: str) -> str | None:
-    """A tenant or model as a filter: 400 for control characters (a NUL ends the query
-    that Redis parses)."""
+    """A tenant or model as a filter: None where empty (`?tenant=` is a script's unset
+    variable: it names nothing, and must not widen a flush to every tenant); 400 for
+    control characters (a NUL ends the query that Redis parses)."""
     if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise APIError(400, f"{param} must not contain control characters", param=param)
-    return value
+    return value or None
 
 
-def _context_length(runtime: Runtime, model: str) -> int | None:
-    """The context length of `model` where this gateway runs it, else None."""
-    engine = runtime.engine
-    if engine is None or engine.llm is None or model != engine.model_id:
+def _words(q: str | None) -> str | None:
+    """The words of a search, None where `q` is empty; 400 where `q` has no word to
+    search (`q=?!` would otherwise list every entry)."""
+    if not q:
         return None
-    return engine.max_model_len
+    if not (words := search_words(q)):
+        raise APIError(400, "q has no word to search for", param="q")
+    return words
 
 
 def _model(runtime: Runtime, model: str | None, param: str = "model") -> str:
@@ -196,14 +201,16 @@ async def list_entries(
     runtime: Runtime,
     tenant: str | None = _TAG_PARAMETER,
     model: str | None = _TAG_PARAMETER,
-    q: str | None = Parameter(default=None, description="words in the question"),
+    q: str | None = Parameter(
+        default=None, description="words in the question", schema_extra={"pattern": r"^$|\w"}
+    ),
     # The bound twice: Litestar leaves a bound of 0 out of the document (see
     # gateway/openapi_docs.py), and struct_schemas reaches bodies, not query parameters.
     offset: int = Parameter(default=0, ge=0, le=MAX_OFFSET, schema_extra={"minimum": 0}),
     limit: int = Parameter(default=50, ge=1, le=MAX_PAGE),
 ) -> EntryPage:
     tenant, model = _tag(tenant, "tenant"), _tag(model, "model")
-    total, entries = await _cache(runtime).store.list(tenant, model, q, offset, limit)
+    total, entries = await _cache(runtime).store.list(tenant, model, _words(q), offset, limit)
     return EntryPage(total, offset, [EntryView.of(e) for e in entries])
 
 
@@ -220,7 +227,7 @@ async def seed_entry(data: SeedEntry, runtime: Runtime) -> EntryView:
         # the entry then serves only requests whose max_tokens it fits.
         usage = None
         if counter is not None:
-            limit = _context_length(runtime, model)
+            limit = runtime.context_length(model)
             if limit is not None:
                 _refuse_too_long(counter, prompt, data.answer, limit)
             usage = {
@@ -288,12 +295,12 @@ async def flush(
         query="all", default=False, description="without a filter: flush every entry"
     ),
 ) -> Flushed:
+    tenant, model = _tag(tenant, "tenant"), _tag(model, "model")
     # Said explicitly: `DELETE /admin/cache/entries/..` reaches this route as
     # `DELETE /admin/cache` once curl or httpx resolve the dots, and must not flush it all.
     if not everything and tenant is None and model is None:
         raise APIError(400, "say which entries: tenant and/or model, or all=true for every "
                        "entry", param="all", code=MISSING_SCOPE)  # fmt: skip
-    tenant, model = _tag(tenant, "tenant"), _tag(model, "model")
     return Flushed(await _cache(runtime).store.flush(tenant, model))
 
 

@@ -8,6 +8,7 @@ from litestar import get
 
 from gateway.embeddings import BUNDLED_NAME, EmbeddingService
 from gateway.openapi_docs import error_responses
+from gateway.runtime import Runtime
 from gateway.schemas import ModelCard, ModelList
 from gateway.upstream import ModelRouter
 from gateway.upstream.model_router import LOCAL_OWNER
@@ -19,8 +20,8 @@ from gateway.upstream.model_router import LOCAL_OWNER
     tags=["models"],
     responses=error_responses(401, 429),
 )
-async def list_models(upstream: ModelRouter, started: int) -> ModelList:
-    cards = [ModelCard(m, started, upstream.owner(m)) for m in upstream.models()]
+async def list_models(upstream: ModelRouter, runtime: Runtime, started: int) -> ModelList:
+    cards = [_card(m, upstream, runtime, started) for m in upstream.models()]
     if BUNDLED_NAME not in upstream.models():
         cards.append(ModelCard(BUNDLED_NAME, started, LOCAL_OWNER))
     return ModelList(cards)
@@ -33,10 +34,20 @@ async def list_models(upstream: ModelRouter, started: int) -> ModelList:
     responses=error_responses(400, 401, 404, 429, 503),
 )
 async def get_model(
-    model_id: str, upstream: ModelRouter, embeddings: EmbeddingService, started: int
+    model_id: str,
+    upstream: ModelRouter,
+    runtime: Runtime,
+    embeddings: EmbeddingService,
+    started: int,
 ) -> ModelCard:
     model_id = model_id.lstrip("/")
     if embeddings.serves(model_id) and model_id not in upstream.models():
         return ModelCard(model_id, started, LOCAL_OWNER)
     # owner() refuses a model nobody serves: 404 (503 while upstreams still list theirs).
-    return ModelCard(model_id, started, upstream.owner(model_id))
+    return _card(model_id, upstream, runtime, started)
+
+
+def _card(model: str, upstream: ModelRouter, runtime: Runtime, started: int) -> ModelCard:
+    return ModelCard(
+        model, started, upstream.owner(model), max_model_len=runtime.context_length(model)
+    )

@@ -62,7 +62,7 @@ async def text_completions(
                 data, body, BYPASS_REASON, tenant, rid, PATH, session
             )
             return await watch.run(answered)
-        job = text_job(data, runtime.upstream.models(), tenant)
+        job = text_job(data, runtime.upstream.models(), tenant, chat.default_max_tokens)
         echo = echo_text(job, runtime.upstream) if data.echo else ""
         answer = await watch.run(chat.uncached(job, BYPASS_REASON))
         upstream_header = runtime.settings.upstream_header

@@ -31,6 +31,11 @@ class CompletionJob:
     model: str
     messages: list[dict[str, str]]
     max_tokens: int | None = None
+    # max_tokens is the gateway's default cap (the client set none; gateway/
+    # job_translation.py): a prompt that leaves less room gets the room, not a 400, and
+    # remote servers are not sent it (their context is not known here): their streams are
+    # cut at it instead (gateway/upstream/openai_wire.py).
+    default_cap: bool = False
     # Unsent, the engine's defaults (OpenAI's too).
     temperature: float = SamplingParams.temperature
     top_p: float = SamplingParams.top_p
@@ -49,6 +54,11 @@ class CompletionJob:
     # the `user` field; gateway/upstream/balancer.py).
     session: str | None = None
     fields: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def client_max_tokens(self) -> int | None:
+        """max_tokens as the client asked it: None where it asked none."""
+        return None if self.default_cap else self.max_tokens
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,7 @@ class HttpUpstream:
                 if resp.status_code >= 400:
                     await resp.aread()
                     raise http_error(resp)
-                async for delta in parse_sse(resp):
+                async for delta in parse_sse(resp, job.max_tokens if job.default_cap else None):
                     yield delta if yielded else replace(delta, upstream=server.base)
                     yielded = True
                 return

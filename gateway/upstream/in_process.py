@@ -122,7 +122,7 @@ class InProcessEngine:
         self, job: CompletionJob, prompt_tokens: int, at_least: bool = False
     ) -> UpstreamError:
         limit = self.max_model_len
-        asked = f" plus max_tokens ({job.max_tokens})" if job.max_tokens else ""
+        asked = f" plus max_tokens ({n})" if (n := job.client_max_tokens) else ""
         tokens = f"at least {prompt_tokens}" if at_least else str(prompt_tokens)
         what = "messages" if job.prompt is None else "prompt"
         return UpstreamError(
@@ -137,13 +137,15 @@ class InProcessEngine:
         return unsupported(job)
 
     def refuse_oversized(self, job: CompletionJob) -> None:
-        """400 for messages too long by their length alone: a bound from the longest token
-        (engine/tokenizer.py), so a huge body is refused before anything (the cache's
-        hashing, the tokenizer) spends seconds on it."""
+        """400 for messages too long by their length alone, or with the client's
+        max_tokens: a bound from the longest token (engine/tokenizer.py), so a huge body is
+        refused before anything (the cache's hashing, the tokenizer) spends seconds on it,
+        and a hit answers such a request as a miss would (400), not with a cached answer."""
         if self.llm is None:
             return
         at_least = self.llm.tokenizer.min_tokens(_chars(job)) + _min_template_tokens(job)
-        if at_least >= self.max_model_len:
+        # An answer needs one token at least, whatever max_tokens the client left out.
+        if at_least + (job.client_max_tokens or 1) > self.max_model_len:
             raise self._too_long(job, at_least, at_least=True)
 
     def _encode(self, job: CompletionJob) -> list[int]:
@@ -164,11 +166,11 @@ class InProcessEngine:
 
     def _params(self, job: CompletionJob, prompt_tokens: int) -> SamplingParams:
         room = self.max_model_len - prompt_tokens
-        if room < 1 or (job.max_tokens is not None and job.max_tokens > room):
+        if room < 1 or (job.client_max_tokens or 0) > room:
             raise self._too_long(job, prompt_tokens)
         try:
             return SamplingParams(
-                max_tokens=job.max_tokens or room,
+                max_tokens=min(job.max_tokens or room, room),
                 temperature=job.temperature,
                 top_p=job.top_p,
                 top_k=job.top_k,

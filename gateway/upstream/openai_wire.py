@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from gateway import server_timing
+from gateway.errors import CONTEXT_LENGTH_EXCEEDED
 from gateway.upstream.base import CompletionJob, Delta, UpstreamError
 
 logger = logging.getLogger(__name__)
@@ -44,8 +45,8 @@ def request_body(job: CompletionJob) -> dict[str, Any]:
         "temperature": job.temperature,
         "top_p": job.top_p,
     }
-    if job.max_tokens is not None:
-        body["max_tokens"] = job.max_tokens
+    if job.client_max_tokens is not None:
+        body["max_tokens"] = job.client_max_tokens
     if job.stop:
         body["stop"] = job.stop
     if job.seed is not None:
@@ -59,9 +60,12 @@ def request_body(job: CompletionJob) -> dict[str, Any]:
     return body
 
 
-async def parse_sse(resp: httpx.Response) -> AsyncGenerator[Delta, None]:
+async def parse_sse(resp: httpx.Response, cut_at: int | None = None) -> AsyncGenerator[Delta, None]:
     """Text deltas as they arrive, then exactly one final delta with finish_reason and
     usage, yielded at [DONE] (or at the end of the body once a finish_reason was seen).
+    `cut_at`: a default cap the server was not sent; after that many text deltas (each
+    at least one token) the answer ends with finish_reason "length", usage unknown, and
+    closing the response stops the server's generation.
     The server's timings pass through: its response's Server-Timing (every line of it, as
     httpx joins them) on the first delta, and with its final chunk's `timings` (later
     values win) on the last."""
@@ -70,6 +74,7 @@ async def parse_sse(resp: httpx.Response) -> AsyncGenerator[Delta, None]:
     usage: dict[str, Any] = {}
     timings = dict(head)
     told = False
+    deltas = 0
     async for line in resp.aiter_lines():
         if not line.startswith("data:"):
             continue  # blank separators, ": keep-alive" comments, event names
@@ -93,7 +98,11 @@ async def parse_sse(resp: httpx.Response) -> AsyncGenerator[Delta, None]:
             if text:
                 yield Delta(text=text, timings=None if told else head or None)
                 told = True
+                deltas += 1
             finish = choice.get("finish_reason") or finish
+        if finish is None and cut_at is not None and deltas >= cut_at:
+            finish = "length"
+            break
     else:
         if finish is None:
             raise UpstreamError(502, "upstream ended the stream mid-answer", "upstream_error")
@@ -130,9 +139,20 @@ def _event_error(err: Any) -> UpstreamError:
     return UpstreamError(status, message, "upstream_error", code if isinstance(code, str) else None)
 
 
-def http_error(resp: httpx.Response) -> UpstreamError:
+def context_length_error(status: int, err: Any) -> bool:
+    """Whether a server's error refuses a prompt over its context: llama-server says so by
+    its own type, vLLM by OpenAI's words (with an HTTP status in `code`)."""
+    if status != 400 or not isinstance(err, dict):
+        return False
+    message = str(err.get("message") or "")
+    return err.get("type") == "exceed_context_size_error" or "maximum context length" in message
+
+
+def http_error(resp: httpx.Response, prompt: str = "messages") -> UpstreamError:
     """A 4xx from the server, passed through with its OpenAI error fields; except 401 and
-    403, which concern the gateway's own key to the upstream, not the client's."""
+    403, which concern the gateway's own key to the upstream, not the client's, and a
+    prompt over the context, which is OpenAI's `context_length_exceeded` naming `prompt`
+    (the in-process engine's too) whatever the server calls it."""
     if resp.status_code in (401, 403):
         logger.error("the upstream refused the gateway's key (HTTP %d)", resp.status_code)
         return UpstreamError(502, "the upstream refused the gateway", "upstream_error")
@@ -142,6 +162,9 @@ def http_error(resp: httpx.Response) -> UpstreamError:
         err = None
     if not isinstance(err, dict):
         err = {"message": resp.text[:500] or f"HTTP {resp.status_code}"}
+    if context_length_error(resp.status_code, err):
+        message = str(err.get("message"))
+        return UpstreamError(400, message, code=CONTEXT_LENGTH_EXCEEDED, param=prompt)
     code = err.get("code")
     retry_after = None
     if resp.status_code == 429:

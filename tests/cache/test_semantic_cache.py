@@ -145,6 +145,17 @@ def test_list_delete_and_flush_by_scope(
     assert run(store.list(tenant=tenant))[0] == 0
 
 
+def test_an_empty_scope_flushes_nothing(
+    cache: SemanticCache, store: CacheStore, tenant: str, run: Run
+):
+    """An empty tenant or model names no entries: it must not flush every one."""
+    run(cache.seed("Who keeps this?", "The flush.", model="x", tenant=tenant))
+    for scope in ({"tenant": ""}, {"model": ""}, {"tenant": "", "model": "x"}):
+        with pytest.raises(ValueError, match="names no entries"):
+            run(store.flush(**scope))
+    assert run(store.list(tenant=tenant))[0] == 1
+
+
 def test_fail_open_when_redis_stops(embedder: Embedder, tmp_path: Path, run: Run):
     server = EmbeddedRedis(tmp_path / "redis")
     server.start()

@@ -5,10 +5,12 @@ embeddings (/v1/embeddings: `EMBEDDING` for each input), and records every body 
 receives, and each one's X-Request-Id. A body naming `x_status` gets that status with an
 OpenAI error (vLLM-style: an unknown field that only a server behind the gateway reads);
 one naming `x_drop` has its connection closed with no answer, as a server that dies
-while it generates. Chat answers name the model they were sent; /v1/models lists the
-fake's `models`. With `llama`, it answers as llama.cpp's llama-server does: /health and
-/ready say `{"status": "ok"}`, answers name its GGUF file (`GGUF`), and a stream's last
-chunk has llama-server's `timings` (`LLAMA_TIMINGS`) and no Server-Timing header."""
+while it generates; one whose text holds `TOO_LONG` is refused as over the context, as
+vLLM refuses it (`VLLM_TOO_LONG`) or llama-server (`LLAMA_TOO_LONG`). Chat answers name
+the model they were sent; /v1/models lists the fake's `models`. With `llama`, it answers
+as llama.cpp's llama-server does: /health and /ready say `{"status": "ok"}`, answers
+name its GGUF file (`GGUF`), and a stream's last chunk has llama-server's `timings`
+(`LLAMA_TIMINGS`) and no Server-Timing header."""
 
 from __future__ import annotations
 
@@ -28,6 +30,17 @@ COMPLETION = " Paris, of course."  # every text completion's
 EMBEDDING = [0.6, 0.8]  # every embedding's
 ERROR = {"message": "I'm a teapot", "type": "invalid_request_error", "param": None, "code": "x"}
 GGUF = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+TOO_LONG = "x-too-long"
+LLAMA_TOO_LONG = {"code": 400, "message": "the request exceeds the available context size, try "
+                  "increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 9000,
+                  "n_ctx": 4096}  # fmt: skip
+VLLM_TOO_LONG = {
+    "message": "This model's maximum context length is 4096 tokens. However, you "
+    "requested 9000 tokens.",
+    "type": "BadRequestError",
+    "param": None,
+    "code": 400,
+}
 LLAMA_TIMINGS = {
     "cache_n": 36, "prompt_n": 1, "prompt_ms": 12.5, "prompt_per_token_ms": 12.5,
     "prompt_per_second": 80.0, "predicted_n": 7, "predicted_ms": 116.6,
@@ -182,6 +195,8 @@ class FakeUpstream:
                     self.close_connection = True
                 elif "x_status" in body:
                     self._send(body["x_status"], {"error": ERROR}, Retry_After="7")
+                elif TOO_LONG in json.dumps([body.get(f) for f in ("messages", "prompt", "input")]):
+                    self._send(400, {"error": LLAMA_TOO_LONG if fake.llama else VLLM_TOO_LONG})
                 elif self.path == "/v1/completions":
                     self._stream(_text_completions(body), bool(body.get("stream")))
                 elif self.path == "/v1/embeddings":

@@ -5,7 +5,7 @@ refusals no OpenAPI document can state: a prompt plus max_tokens over the model'
 context (`context_length_exceeded`), a value the model behind the server cannot honour
 (`unsupported_value`: OpenAI's code for a model-dependent refusal; the same request is
 passed through with upstreams), and a flush that names no entries (`missing_scope`:
-OpenAPI has no "one of these query parameters"). Any other 400 or 422 to a request the
+OpenAPI has no "one of these query parameters"). Any other 400 to a request the
 document admits is a disagreement between the two.
 
 The fuzzer's answers are kept short (max_tokens at most 8): the engine's speed is not

@@ -13,7 +13,9 @@ from gateway.embeddings import BUNDLED_NAME as EMBEDDER
 from gateway.errors import APIError
 from gateway.schemas import ChatCompletionRequest
 from gateway.strict_json import decode_strict
-from tests.gateway.conftest import ADMIN, ALICE, chat_body, messages
+from tests.gateway.conftest import ADMIN, ALICE, chat_body, messages, seed
+from tests.gateway.fake_upstream import MODEL as FAKE_MODEL
+from tests.gateway.fake_upstream import TOO_LONG
 from tests.gateway.servers import MODEL, Server, metric, wait_for_idle_engine
 
 
@@ -32,36 +34,54 @@ HI = b'[{"role": "user", "content": "Hi"}]'  # a valid `messages`
 
 
 @pytest.mark.parametrize(
-    ("content", "status", "param"),
+    ("content", "status", "param", "code"),
     [
-        (b'{"model": "x", "messages": [', 400, None),
-        (b"", 400, None),
-        (b'{"model": 3, "messages": ' + HI + b"}", 422, "model"),
-        (b'{"model": "m", "messages": "hello"}', 422, "messages"),
-        (b'{"messages": ' + HI + b"}", 422, None),
-        (b'{"model": "m", "messages": [{"role": "robot", "content": "x"}]}', 422, None),
+        (b'{"model": "x", "messages": [', 400, None, "invalid_json"),
+        (b"", 400, None, "missing_body"),
+        # As OpenAI answers them (the openai SDK's BadRequestError, not a 422's
+        # UnprocessableEntityError), with the field and what is wrong with it.
+        (b'{"model": 3, "messages": ' + HI + b"}", 400, "model", "invalid_type"),
+        (b'{"model": "m", "messages": "hello"}', 400, "messages", "invalid_type"),
+        (b'{"messages": ' + HI + b"}", 400, "model", "missing_required_parameter"),
+        (b'{"model": "m", "messages": [{"role": "robot", "content": "x"}]}', 400,
+         "messages[0].role", "invalid_value"),
+        (b'{"model": "m", "messages": [{"content": "x"}]}', 400, "messages[0].role",
+         "missing_required_parameter"),
         # Strict types: strings are never coerced into numbers or booleans.
-        (b'{"model": "m", "messages": ' + HI + b', "temperature": "0.5"}', 422, "temperature"),
-        (b'{"model": "m", "messages": ' + HI + b', "max_tokens": "4"}', 422, "max_tokens"),
-        (b'{"model": "m", "messages": ' + HI + b', "stream": "true"}', 422, "stream"),
+        (b'{"model": "m", "messages": ' + HI + b', "temperature": "0.5"}', 400, "temperature",
+         "invalid_type"),
+        (b'{"model": "m", "messages": ' + HI + b', "max_tokens": "4"}', 400, "max_tokens",
+         "invalid_type"),
+        (b'{"model": "m", "messages": ' + HI + b', "stream": "true"}', 400, "stream",
+         "invalid_type"),
         # Not UTF-8, and nested past any parser's recursion limit: 400, never a 500.
-        (b'{"model": "m", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None,
+         "invalid_json"),
         (b'{"model": "m", "messages": ' + HI + b', "tools": [' + b'{"a": ' * 100_000 + b"1"
-         + b"}" * 100_000 + b"]}", 400, None),
+         + b"}" * 100_000 + b"]}", 400, None, "invalid_json"),
     ],
     ids=["malformed", "empty-body", "wrong-type", "messages-not-list", "no-model", "bad-role",
-         "string-temperature", "string-max-tokens", "string-stream", "not-utf8", "deep"],
+         "no-role", "string-temperature", "string-max-tokens", "string-stream", "not-utf8",
+         "deep"],
 )  # fmt: skip
 def test_malformed_and_mistyped_bodies(
-    http: httpx.Client, content: bytes, status: int, param: str | None
+    http: httpx.Client, content: bytes, status: int, param: str | None, code: str
 ):
     response = http.post(
         "/v1/chat/completions", content=content, headers={"content-type": "application/json"}
     )
     error = assert_error(response, status)
     assert error["type"] == "invalid_request_error"
-    if param:
-        assert error["param"] == param
+    assert (error["param"], error["code"]) == (param, code)
+
+
+def test_the_openai_sdk_gets_a_bad_request_naming_the_field(alice: openai.OpenAI):
+    """A 422 made the SDK raise UnprocessableEntityError, which OpenAI never sends."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        alice.chat.completions.create(
+            model=MODEL, messages=messages("Hi"), extra_body={"temperature": "hot"}
+        )
+    assert refused.value.param == "temperature" and refused.value.code == "invalid_type"
 
 
 UNSUPPORTED = "unsupported_value"  # what this engine cannot do: OpenAI's code for it
@@ -125,7 +145,7 @@ def test_whole_floats_are_integers(http: httpx.Client):
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] <= 4
     fraction = http.post("/v1/chat/completions", json=chat_body("Hi", max_tokens=4.5))
-    assert assert_error(fraction, 422)["param"] == "max_tokens"
+    assert assert_error(fraction, 400)["param"] == "max_tokens"
 
 
 def test_an_assistants_empty_content_is_empty_text(http: httpx.Client):
@@ -153,11 +173,11 @@ def test_an_assistants_empty_content_is_empty_text(http: httpx.Client):
         ('"stop": ["a", "b", "c", "d", "e"]', 400, "stop"),
         ('"stop": ["a", ""]', 400, "stop[1]"),
         ('"cache": {"ttl": 0}', 400, "cache.ttl"),
-        ('"temperature": "0.5"', 422, "temperature"),
-        ('"stop": 3', 422, "stop"),
+        ('"temperature": "0.5"', 400, "temperature"),
+        ('"stop": 3', 400, "stop"),
     ],
 )
-def test_values_out_of_range_are_400_and_wrong_types_422(fields: str, status: int, param: str):
+def test_values_out_of_range_and_wrong_types_are_400(fields: str, status: int, param: str):
     """The request's limits are constraints on its fields, checked as the body is decoded."""
     hi = '{"role": "user", "content": "Hi"}'
     body = f'{{"model": "m", "messages": [{hi}], {fields}}}'.encode()
@@ -188,6 +208,28 @@ def test_sdk_raises_the_matching_exceptions(alice: openai.OpenAI, gateway: Serve
     anonymous = openai.OpenAI(base_url=gateway.url + "/v1", api_key="sk-nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         anonymous.chat.completions.create(model=MODEL, messages=messages("Hi"))
+
+
+def test_a_hit_refuses_a_max_tokens_past_the_context_as_a_miss_does(
+    alice: openai.OpenAI, admin: httpx.Client
+):
+    """A cached answer was served (200) to a request a miss refuses (400)."""
+    admin.delete("/admin/cache", params={"tenant": "alice"}).raise_for_status()
+    seed(admin, "What colour is the sky?", "Blue.", "alice")
+    question = messages("What colour is the sky?")
+    hit = alice.chat.completions.with_raw_response.create(model=MODEL, messages=question)
+    assert hit.headers["x-cache-status"] == "Hit"
+    with pytest.raises(openai.BadRequestError) as too_long:
+        alice.chat.completions.create(model=MODEL, messages=question, max_tokens=10_000)
+    assert (too_long.value.code, too_long.value.param) == ("context_length_exceeded", "max_tokens")
+
+
+def test_a_vllm_context_refusal_passes_in_openais_words(fake_front: Server):
+    """vLLM says it in OpenAI's words with its HTTP status as the `code`."""
+    body = {"model": FAKE_MODEL, "messages": [{"role": "user", "content": TOO_LONG}]}
+    answer = httpx.post(fake_front.url + "/v1/chat/completions", json=body, timeout=30)
+    error = assert_error(answer, 400, "context_length_exceeded")
+    assert error["param"] == "messages" and "maximum context length" in error["message"]
 
 
 def test_missing_key_and_oversized_body(gateway: Server, http: httpx.Client):
@@ -318,7 +360,7 @@ def test_disconnect_before_a_json_answer_aborts_its_engine_request(gateway: Serv
 
 def test_admin_bodies_are_decoded_strictly(gateway: Server):
     """The admin API's bodies get the same treatment: not UTF-8 is a 400, a string where
-    a number belongs a 422, and neither leaves a traceback in the log."""
+    a number belongs a 400 naming it, and neither leaves a traceback in the log."""
     headers = {"Authorization": f"Bearer {ADMIN}", "content-type": "application/json"}
     seed = b'{"question": "caf\xe9?", "answer": "yes"}'
     response = httpx.post(gateway.url + "/admin/cache/entries", content=seed, headers=headers)
@@ -326,7 +368,7 @@ def test_admin_bodies_are_decoded_strictly(gateway: Server):
     response = httpx.put(
         gateway.url + "/admin/cache/threshold", content=b'{"default": "0.9"}', headers=headers
     )
-    assert assert_error(response, 422)["param"] == "default"
+    assert assert_error(response, 400)["param"] == "default"
     assert "Traceback" not in gateway.log()
 
 
@@ -356,7 +398,7 @@ def test_openapi_describes_what_the_server_sends(gateway: Server):
     embeddings = spec["paths"]["/v1/embeddings"]["post"]["responses"]["200"]
     assert embeddings["content"]["application/json"]["schema"]["$ref"].endswith("/EmbeddingList")
     assert {"200", "503"} <= set(spec["paths"]["/ready"]["get"]["responses"])
-    for status in ("400", "401", "404", "413", "422", "429", "503"):
+    for status in ("400", "401", "404", "413", "429", "503"):
         schema = chat["responses"][status]["content"]["application/json"]["schema"]
         assert schema["$ref"].endswith("/ErrorResponse"), status
     for path, method, status, struct in (

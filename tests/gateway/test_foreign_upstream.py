@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.gateway.fake_upstream import GGUF, MODEL, FakeUpstream
+from tests.gateway.fake_upstream import GGUF, MODEL, TOO_LONG, FakeUpstream
 from tests.gateway.servers import Server, free_port, ready, serving
 from tests.waiting import until
 
@@ -98,6 +98,30 @@ def test_a_miss_sends_the_request_id_and_passes_only_durations_in_server_timing(
     streamed = chat(front, temperature=0, stream=True)
     assert streamed.headers.get("server-timing") is None  # nothing known as it starts
     assert '"timings":{"prefill":12.5,"decode":116.6}' in streamed.text
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": TOO_LONG}]},
+         "messages"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": TOO_LONG}], "n": 2},
+         "messages"),
+        ("/v1/completions", {"prompt": TOO_LONG}, "prompt"),
+    ],
+    ids=["miss", "pass-through", "text-completion"],
+)  # fmt: skip
+def test_a_prompt_over_the_context_is_refused_in_openais_words(
+    front: Server, path: str, body: dict[str, object], param: str
+):
+    """llama-server's `exceed_context_size_error` passed through as it was, while the
+    in-process engine says `context_length_exceeded`, which OpenAI's clients know."""
+    answer = httpx.post(front.url + path, json={"model": MODEL, **body}, timeout=30)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert (error["code"], error["param"]) == ("context_length_exceeded", param)
+    assert "context size" in error["message"]
 
 
 def test_a_json_pass_through_that_dies_mid_answer_is_a_502(front: Server, llama: FakeUpstream):
