@@ -3,10 +3,12 @@ anyone else:
 
 - each configured API key has its own budget (`rate_limit`); on the open gateway (no
   keys) each client address has one;
-- requests with no key or an unknown one are limited per client address in a bucket
-  of their own, with its own budget (`FAILED_AUTH_RATE`, 60 a minute, whatever
-  `rate_limit` is): guessing keys is slowed, and within the budget they always get
-  their 401 (which clients do not retry), never a tenant's or the operator's 429;
+- requests with no key or an unknown one (and, on the open gateway too, an admin
+  route's without the admin key) are limited per client address in a bucket of their
+  own, always, with its own budget (`FAILED_AUTH_RATE`, 60 a minute, whatever
+  `rate_limit` is, set or not): guessing keys is slowed, and within the budget they
+  always get their 401 (which clients do not retry), never a tenant's or the
+  operator's 429;
 - the admin key has its own budget (`admin_rate_limit`, none by default).
 
 Each bucket is one of Litestar's RateLimitMiddleware, applied only to the requests
@@ -21,12 +23,11 @@ from litestar import Request
 from litestar.middleware.base import DefineMiddleware
 from litestar.middleware.rate_limit import DurationUnit, RateLimitConfig, get_remote_address
 
-from gateway.auth import Keyring, bearer_token
+from gateway.auth import Keyring, admin_guard, bearer_token
 from gateway.settings import Settings, parse_rate
 
 UNLIMITED_PATHS = ["/health", "/ready", "/metrics", "/schema"]
-# While rate limits are on: enough for a client with a mistyped key to see its 401s, few
-# enough to slow guessing.
+# Enough for a client with a mistyped key to see its 401s, few enough to slow guessing.
 FAILED_AUTH_RATE: tuple[DurationUnit, int] = ("minute", 60)
 _BUCKET = "semgate_rate_bucket"  # in the scope's state: (kind, bucket), classified once
 
@@ -42,7 +43,9 @@ def bucket_of(request: Request) -> tuple[str, str]:
     token = bearer_token(request)
     if token is not None and keyring.is_admin(token):
         found = ("admin", "admin")  # its own bucket, even on the open gateway
-    elif keyring.open:
+    # On the open gateway chat needs no key, but the admin API does: its failures are
+    # guesses like any other.
+    elif keyring.open and admin_guard not in request.route_handler.resolve_guards():
         found = ("tenant", f"addr:{get_remote_address(request)}")
     elif token is not None and keyring.tenant_key(token):
         found = ("tenant", "key:" + hashlib.sha256(token.encode()).hexdigest()[:24])
@@ -66,9 +69,9 @@ def _config(rate: tuple[DurationUnit, int], kind: str) -> DefineMiddleware:
 
 
 def rate_limit_middleware(settings: Settings) -> list[DefineMiddleware]:
-    middleware = []
+    middleware = [_config(FAILED_AUTH_RATE, "unknown")]
     if (rate := parse_rate(settings.rate_limit)) is not None:
-        middleware += [_config(rate, "tenant"), _config(FAILED_AUTH_RATE, "unknown")]
+        middleware.append(_config(rate, "tenant"))
     if (admin_rate := parse_rate(settings.admin_rate_limit)) is not None:
         middleware.append(_config(admin_rate, "admin"))
     return middleware

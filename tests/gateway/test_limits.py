@@ -1,5 +1,6 @@
 """Per-key rate limits, the bounded engine queue and readiness, on a second gateway (cache
-off, one engine slot, no waiting room, 3 requests a minute per key). A dead engine core:
+off, one engine slot, no waiting room, 3 requests a minute per key), and the failed-auth
+limit on an open gateway without rate limits. A dead engine core:
 tests/gateway/test_core_supervision.py."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 
 from gateway.rate_limits import FAILED_AUTH_RATE
 from tests.gateway.conftest import chat_body
+from tests.gateway.fake_upstream import MODEL as FAKE_MODEL
+from tests.gateway.fake_upstream import FakeUpstream
 from tests.gateway.servers import Server, serving
 from tests.waiting import until
 
@@ -129,3 +132,23 @@ def test_unknown_keys_get_401_and_lock_no_one_out(limited: Server):
     ]
     assert statuses == [400] * 5 + [429]  # 400: the cache is off on this server
     assert post(limited, "sk-fresh").status_code == 200  # the admin's 429 is its own
+
+
+def test_wrong_admin_keys_are_limited_on_an_open_gateway_without_rate_limits(
+    fake: FakeUpstream,
+):
+    """No --rate-limit, no API keys: admin keys guessed from one address still get their
+    401s only within the failed-auth budget, then 429s, while the admin key and chat at
+    that address keep working. (A gateway of its own: the budget is per address.)"""
+    server = Server(["--upstream", fake.url, "--no-cache", "--admin-key", ADMIN_KEY])
+    with serving(server), httpx.Client(base_url=server.url, timeout=60) as client:
+        guesses = [
+            client.get("/admin/cache/stats", headers={"Authorization": f"Bearer sk-guess-{i}"})
+            for i in range(FAILED_AUTH_RATE[1] + 1)
+        ]
+        assert [r.status_code for r in guesses] == [401] * FAILED_AUTH_RATE[1] + [429]
+        assert guesses[-1].json()["error"]["code"] == "rate_limit_exceeded"
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        assert client.get("/admin/cache/stats", headers=admin).status_code == 400  # cache off
+        chat = client.post("/v1/chat/completions", json=chat_body("Hi.", model=FAKE_MODEL))
+        assert chat.status_code == 200
