@@ -8,13 +8,16 @@ and nothing timed out a connection that sends its headers a byte at a time. Here
 - the request line and headers together are at most `max_header_bytes`, and at most
   `max_headers` headers: past either, 431 and the connection is closed. The parser is
   fed at most what is left of the budget, so it never holds more;
+- a request the parser cannot read (a bad request line, Content-Length or chunk size,
+  Content-Length with Transfer-Encoding) gets 400 and the connection is closed;
 - they must arrive within `header_timeout` seconds of the connection opening (or of the
   request's first byte on a kept-alive connection), and the body within `body_timeout`
   seconds of the headers: past either, 408 and the connection is closed;
 - at most `max_connections` connections are open at once: past it, 503 and close.
 
 Idle kept-alive connections are closed by uvicorn's own `timeout_keep_alive`. Refusals
-are in OpenAI's error shape, logged once each and counted for /metrics.
+are in OpenAI's error shape (uvicorn's own answer to a malformed request is plain
+text), logged once each and counted for /metrics.
 """
 
 from __future__ import annotations
@@ -58,8 +61,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         # A stream protocol's transport is an asyncio.Transport (uvicorn's type says so).
         super().connection_made(cast(asyncio.Transport, transport))
         self._in_head = True  # reading a request line and headers, or waiting for one
-        self._head_bytes = 0
+        self._head_bytes = 0  # the current (or next) request's head, so far
         self._header_count = 0
+        self._piece = 0  # bytes of the piece being parsed
+        self._ended_in_piece = False  # a request ended in it
         self._timer: asyncio.TimerHandle | None = None
         if len(self.connections) > self.limits.max_connections:
             self._refuse(503, "connections", "too many connections; retry shortly", "overloaded")
@@ -74,16 +79,19 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         while data and not self.transport.is_closing():
             if self._in_head:
-                # Only what is left of the budget: the parser copies what it holds. (A
-                # pipelined request's head is counted from the piece after its first.)
+                # Only what is left of the budget: the parser copies what it holds.
                 room = self.limits.max_header_bytes - self._head_bytes
                 if room <= 0:
                     self._headers_too_large(f"over {self.limits.max_header_bytes} bytes")
                     return
-                piece, data = data[:room], data[room:]
+                piece = data[:room]
                 self._head_bytes += len(piece)
             else:
-                piece, data = data, b""
+                # A body, in pieces of half the budget: a pipelined request whose head
+                # begins in one is charged all of it (on_message_begin).
+                piece = data[: self.limits.max_header_bytes // 2]
+            data = data[len(piece) :]
+            self._piece, self._ended_in_piece = len(piece), False
             try:
                 self.parser.feed_data(piece)
             except httptools.HttpParserUpgrade:
@@ -92,15 +100,33 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 else:
                     self._unsupported_upgrade_warning()
                 return
-            except httptools.HttpParserError:
+            except httptools.HttpParserError as exc:
                 if not self.transport.is_closing():  # else refused in a callback
-                    self.logger.warning("Invalid HTTP request received.")
-                    self.send_400_response("Invalid HTTP request received.")
+                    self.send_400_response(f"invalid HTTP request: {exc}")
                 return
+
+    def send_400_response(self, msg: str) -> None:
+        """A request the parser cannot read: before its head is complete, or in its body
+        (a bad chunk), which the app may be waiting for: it reads a client that left."""
+        # The current request's cycle: not a kept-alive connection's last, answered one.
+        cycle = self.cycle if self.cycle is not None and not self.cycle.response_complete else None
+        if cycle is not None and cycle.response_started:
+            self.on_refusal("malformed")
+            self.transport.close()
+            return
+        self._refuse(400, "malformed", msg, "invalid_http_request")
+        if cycle is not None:
+            cycle.disconnected = True
+            cycle.message_event.set()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head, self._head_bytes, self._header_count = True, 0, 0
+        # The head's bytes were counted as they were fed, from the piece it began in;
+        # a request that began in a piece another ended in (pipelined) is charged all
+        # of that piece, as where in it one ended and the other began is unknown.
+        if self._ended_in_piece:
+            self._head_bytes = self._piece
+        self._in_head, self._header_count = True, 0
         if self._timer is None:  # a kept-alive connection's next request
             self._arm(self.limits.header_timeout, self._header_timeout)
 
@@ -119,6 +145,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
+        # What follows is the next request's head.
+        self._in_head, self._head_bytes, self._ended_in_piece = True, 0, True
         super().on_message_complete()
 
     def _headers_too_large(self, what: str) -> None:
@@ -177,6 +205,7 @@ def limited_protocol(
     limits: ClientLimits, on_refusal: Callable[[str], None]
 ) -> type[LimitedHttpProtocol]:
     """The protocol class to give uvicorn (`http=`), with these limits; `on_refusal` is
-    told each refusal's reason (header_size, header_timeout, body_timeout, connections)."""
+    told each refusal's reason (header_size, header_timeout, body_timeout, connections,
+    malformed)."""
     attributes = {"limits": limits, "on_refusal": staticmethod(on_refusal)}
     return type("LimitedHttpProtocol", (LimitedHttpProtocol,), attributes)

@@ -385,7 +385,8 @@ class GatewayMetrics:
         self.http_refusals = Counter(
             "semgate_http_refusals",
             "Requests refused before they reached the app, by reason: header_size (too "
-            "large or too many), header_timeout, body_timeout, connections (too many).",
+            "large or too many), header_timeout, body_timeout, connections (too many), "
+            "malformed (the parser could not read it).",
             ["reason"],
             registry=self.registry,
         )

@@ -37,6 +37,7 @@ ERRORS = {
     403: "A key that may not use this endpoint",
     404: "Unknown model (`model_not_found`) or entry",
     413: "Body over the size limit",
+    415: "A body not sent as JSON (its Content-Type is not application/json)",
     429: "Rate limit, or the engine's queue is full (with Retry-After)",
     502: "An upstream failed, or dropped the request (`upstream_error`)",
     503: "Not ready (the model loading, Redis down for the admin API), with Retry-After",

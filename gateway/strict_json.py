@@ -54,6 +54,21 @@ def _decode(body: bytes, model: type[T]) -> T:
     return msgspec.convert(_integral(msgspec.json.decode(body)), model, strict=True)
 
 
+def require_json(content_type: str) -> None:
+    """415 for a body not sent as JSON (`application/json`, or a `+json` type): a text,
+    a form or a body with no type is what a web page may send another site without a
+    CORS preflight, and none of them is JSON to this API, whatever it holds."""
+    media = content_type.partition(";")[0].strip().lower()
+    if media != "application/json" and not (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        raise APIError(
+            415,
+            f"the body must be sent as application/json, not {media or 'without a Content-Type'}",
+            code="unsupported_media_type",
+        )
+
+
 def decode_strict(body: bytes, model: type[T]) -> T:
     """The body as `model`, or the OpenAI-shaped error that says what is wrong with it."""
     if not body.strip():
@@ -78,6 +93,7 @@ class StrictJSON(MsgspecDTO[T]):
     """A handler's `dto` (with `return_dto=None`) that decodes its `data` strictly."""
 
     def decode_bytes(self, value: bytes) -> Any:
+        require_json(self.asgi_connection.headers.get("content-type", ""))
         return decode_strict(value, self.model_type)
 
     @classmethod

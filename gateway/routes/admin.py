@@ -42,6 +42,7 @@ MAX_PAGE = 500
 MISSING_SCOPE = "missing_scope"  # a flush that names no entries
 MAX_OFFSET = 1_000_000  # RediSearch's MAXSEARCHRESULTS: a page may start there at most
 ADMIN_ERRORS = error_responses(400, 401, 403, 404, 429, 503)
+ADMIN_BODY_ERRORS = error_responses(400, 401, 403, 404, 415, 429, 503)  # a JSON body's
 
 
 class ThresholdConfig(msgspec.Struct):
@@ -165,7 +166,7 @@ async def get_threshold(runtime: Runtime) -> ThresholdConfig:
 
 
 @put("/cache/threshold", summary="Change the thresholds (from the next request on)",
-     dto=StrictJSON[ThresholdUpdate], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
+     dto=StrictJSON[ThresholdUpdate], return_dto=None, responses=ADMIN_BODY_ERRORS)  # fmt: skip
 async def put_threshold(data: ThresholdUpdate, runtime: Runtime) -> ThresholdConfig:
     cache = _cache(runtime)
     # By served name, as the cache partitions (an alias's threshold is its target's).
@@ -215,7 +216,7 @@ async def list_entries(
 
 
 @post("/cache/entries", summary="Seed a question and its answer", status_code=201,
-      dto=StrictJSON[SeedEntry], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
+      dto=StrictJSON[SeedEntry], return_dto=None, responses=ADMIN_BODY_ERRORS)  # fmt: skip
 async def seed_entry(data: SeedEntry, runtime: Runtime) -> EntryView:
     cache = _cache(runtime)
     model = _model(runtime, data.model)
@@ -305,7 +306,7 @@ async def flush(
 
 
 @post("/cache/lookup", summary="Dry run: would this request hit, and why (not)?", status_code=200,
-      dto=StrictJSON[LookupRequest], return_dto=None, responses=ADMIN_ERRORS)  # fmt: skip
+      dto=StrictJSON[LookupRequest], return_dto=None, responses=ADMIN_BODY_ERRORS)  # fmt: skip
 async def lookup(data: LookupRequest, runtime: Runtime) -> LookupView:
     cache = _cache(runtime)
     if (data.messages is None) == (data.question is None):

@@ -28,7 +28,7 @@ PATH = "/v1/embeddings"
     return_dto=None,
     responses={
         200: ResponseSpec(EmbeddingList, description="The vectors", generate_examples=False),
-        **error_responses(400, 401, 404, 413, 429, 502, 503, 504),
+        **error_responses(400, 401, 404, 413, 415, 429, 502, 503, 504),
     },
 )
 async def create_embeddings(

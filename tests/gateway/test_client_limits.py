@@ -169,3 +169,58 @@ def test_text_logs_escape_control_characters(server: Server):
     assert "semgate.access" in line.split('"')[0]  # the one real access line
     assert "/v1/models/x\\n2026-11-26" in line and "FORGED\\x1b[31m" in line
     assert not any(line.startswith("2026-11-26 21:50:55") for line in lines)
+
+
+def test_the_header_budget_holds_for_the_whole_head(server: Server):
+    """32 KiB is the budget of a request's whole head, however it arrives (it admitted
+    about 64 KiB: the count restarted once the parser saw the request begin), and each
+    request on a kept-alive connection has its own."""
+    assert httpx.get(server.url + "/health", headers={"x-pad": "a" * 40_000}).status_code == 431
+    with httpx.Client(base_url=server.url) as client:
+        for _ in range(2):  # the second on the same connection
+            assert client.get("/health", headers={"x-pad": "a" * 30_000}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n".encode(),
+    ],
+    ids=["request-line", "content-length", "content-length-and-chunked", "chunk-size"],
+)
+def test_a_request_the_parser_cannot_read_gets_an_openai_400(server: Server, request_bytes: bytes):
+    """uvicorn's own answer is plain text; clients parse OpenAI's error object."""
+    with connect(server) as sock:
+        send_all(sock, request_bytes)
+        status, body, head = answer(sock)
+    assert status == 400 and b"connection: close" in head
+    assert body["error"]["code"] == "invalid_http_request"
+    assert body["error"]["message"].startswith("invalid HTTP request: ")
+    assert httpx.get(server.url + "/health").is_success
+    assert "Traceback" not in server.log()
+
+
+def test_a_body_not_sent_as_json_is_refused_unanswered(server: Server):
+    """A JSON body sent as text, as a form or with no Content-Type (what a web page can
+    send another site without a CORS preflight) is a 415, and nothing is generated."""
+    body = json.dumps(chat_body("Say yes.", max_tokens=4)).encode()
+    before = metric(server, "semgate_prompt_tokens_total", missing=0)
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"Authorization": f"Bearer {KEY}"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            request = client.build_request("POST", "/v1/chat/completions", content=body)
+            request.headers.update(headers)
+            response = client.send(request)
+        assert response.status_code == 415, content_type
+        assert response.json()["error"]["code"] == "unsupported_media_type"
+    assert metric(server, "semgate_prompt_tokens_total", missing=0) == before
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json; charset=utf-8"}
+    response = httpx.post(server.url + "/v1/chat/completions", content=body, headers=headers)
+    assert response.status_code == 200
