@@ -4,7 +4,9 @@ the bundled embedder that /v1/embeddings serves."""
 
 from __future__ import annotations
 
-from litestar import get
+from urllib.parse import unquote_to_bytes
+
+from litestar import Request, get
 
 from gateway.embeddings import BUNDLED_NAME, EmbeddingService
 from gateway.openapi_docs import error_responses
@@ -35,16 +37,28 @@ async def list_models(upstream: ModelRouter, runtime: Runtime, started: int) -> 
 )
 async def get_model(
     model_id: str,
+    request: Request,
     upstream: ModelRouter,
     runtime: Runtime,
     embeddings: EmbeddingService,
     started: int,
 ) -> ModelCard:
-    model_id = model_id.lstrip("/")
+    model_id = _model_id(request, model_id)
     if embeddings.serves(model_id) and model_id not in upstream.models():
         return ModelCard(model_id, started, LOCAL_OWNER)
     # owner() refuses a model nobody serves: 404 (503 while upstreams still list theirs).
     return _card(model_id, upstream, runtime, started)
+
+
+def _model_id(request: Request, parsed: str) -> str:
+    """The id as the client sent it. Litestar's path parameter has its slashes collapsed
+    (llama-server's id, its GGUF file's absolute path, came as `/v1/models//m/x.gguf`
+    and was `/m/x.gguf` or, stripped, `m/x.gguf`), so it is read from the raw path."""
+    raw: bytes | None = request.scope.get("raw_path")
+    _, found, model_id = (raw or b"").partition(b"/v1/models/")
+    if not found:
+        return parsed.removeprefix("/")
+    return unquote_to_bytes(model_id).decode("utf-8", "replace")
 
 
 def _card(model: str, upstream: ModelRouter, runtime: Runtime, started: int) -> ModelCard:

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import httpx
+import openai
 import pytest
 
 from tests.gateway.fake_upstream import GGUF, MODEL, TOO_LONG, FakeUpstream
@@ -130,3 +131,18 @@ def test_a_json_pass_through_that_dies_mid_answer_is_a_502(front: Server, llama:
     assert answer.status_code == 502, answer.text
     assert answer.json()["error"]["type"] == "upstream_error"
     assert "retry-after" not in answer.headers
+
+
+def test_a_model_named_by_an_absolute_path_can_be_retrieved():
+    """llama-server's model id is its GGUF file's absolute path: GET /v1/models/{id} finds
+    it, as the openai SDK asks (the slashes encoded) and as written by hand (a double
+    slash); both lost the leading slash before."""
+    with (
+        FakeUpstream(models=(GGUF,), llama=True) as upstream,
+        serving(Server(["--no-cache", "--upstream", upstream.url])) as [server],
+    ):
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        assert client.models.retrieve(GGUF).id == GGUF
+        answer = httpx.get(f"{server.url}/v1/models/{GGUF}")
+        assert answer.status_code == 200 and answer.json()["id"] == GGUF
+        assert httpx.get(f"{server.url}/v1/models{GGUF}").status_code == 404
