@@ -204,7 +204,12 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--cache-ttl", type=int, default=None, help="seconds (default: 604800, 7 days)"
     )
-    serve.add_argument("--admin-key", default=None, help="default: generated and printed")
+    serve.add_argument(
+        "--admin-key",
+        default=None,
+        help="empty: no admin API (default: generated for the run, written to a file only "
+        "this user can read, whose path is logged)",
+    )
     serve.add_argument(
         "--api-keys",
         dest="api_key_pairs",  # parsed into api_keys, so not passed through by name

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import secrets
+import tempfile
+from pathlib import Path
 
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
@@ -30,13 +33,25 @@ def _matches(token: str, key: str) -> bool:
     return hmac.compare_digest(token.encode(), key.encode())
 
 
+def write_key_file(key: str) -> Path:
+    """A new file holding `key`, readable by this user only (mkstemp makes it 0600)."""
+    handle, path = tempfile.mkstemp(prefix="semgate-admin-key-")
+    with os.fdopen(handle, "w") as file:
+        file.write(key + "\n")
+    return Path(path)
+
+
 class Keyring:
     def __init__(self, api_keys: dict[str, str], admin_key: str | None) -> None:
+        """`admin_key` None: one is generated for this run; empty: no admin API."""
         self.api_keys = dict(api_keys)
         self.generated_admin_key = admin_key is None
-        self.admin_key = admin_key or f"sg-admin-{secrets.token_urlsafe(24)}"
+        self.admin_key: str | None = (
+            f"sg-admin-{secrets.token_urlsafe(24)}" if admin_key is None else admin_key or None
+        )
         # No key is longer: a longer token is refused before it is compared to any.
-        self.longest = max(len(key) for key in [*self.api_keys, self.admin_key])
+        keys = [*self.api_keys, *([self.admin_key] if self.admin_key else [])]
+        self.longest = max((len(key) for key in keys), default=0)
 
     @property
     def open(self) -> bool:
@@ -50,7 +65,7 @@ class Keyring:
         return any([_matches(token, key) for key in self.api_keys])  # a list: compare all
 
     def is_admin(self, token: str) -> bool:
-        return _matches(token, self.admin_key)
+        return self.admin_key is not None and _matches(token, self.admin_key)
 
     def tenant_for(self, token: str | None) -> str:
         """The caller's tenant; raises 401 for a missing or unknown key."""
@@ -75,7 +90,15 @@ class Keyring:
 
     def check_admin(self, token: str | None) -> None:
         """401 without a key or with an unknown one; 403 for a valid chat key (it
-        authenticates, but is not allowed to administer)."""
+        authenticates, but is not allowed to administer), and for anyone where the admin
+        API is off."""
+        if self.admin_key is None:
+            raise APIError(
+                403,
+                "the admin API is off on this server (it has no admin key)",
+                "permission_error",
+                code="admin_api_disabled",
+            )
         if token is None:
             raise APIError(
                 401,

@@ -11,7 +11,6 @@ import contextlib
 import gc
 import itertools
 import logging
-import sys
 import time
 from contextlib import AsyncExitStack
 from typing import Literal
@@ -19,7 +18,7 @@ from typing import Literal
 from cache import CachePolicy, CacheRuntime, SemanticCache, Thresholds
 from cache.shared_admin import SharedAdmin
 from cache.supervisor import RedisSupervisor
-from gateway.auth import Keyring
+from gateway.auth import Keyring, write_key_file
 from gateway.chat_service import ChatService
 from gateway.drain import SHUTTING_DOWN, Drain
 from gateway.embeddings import EmbeddingService
@@ -193,9 +192,14 @@ class Runtime:
         else:
             log.info("%d API key(s) for %d tenant(s)", len(self.keyring.api_keys),
                      len(set(self.keyring.api_keys.values())))  # fmt: skip
-        if self.keyring.generated_admin_key:
-            # Printed for the operator on the terminal, not logged: keys never go to logs.
-            print(f"semgate: admin key for this run: {self.keyring.admin_key}", file=sys.stderr)
+        if self.keyring.admin_key is None:
+            log.info("no admin key: the admin API is off")
+        elif self.keyring.generated_admin_key:
+            # Keys never go to logs: the operator reads it from a file only they can read,
+            # which goes with the run.
+            path = write_key_file(self.keyring.admin_key)
+            self._stack.callback(path.unlink, missing_ok=True)
+            log.info("admin key for this run written to %s (readable by this user only)", path)
 
     async def start(self) -> None:
         """Starts loading in the background and returns at once."""

@@ -288,6 +288,10 @@ def _from_env(env: Any) -> dict[str, Any]:
         raw = env.get(env_variable(name))
         if raw and len(kinds) == 1 and kinds[0] in (bool, str, int, float, Path):
             out[name] = _env_value(name, kinds[0], raw)
+    # Set but empty (compose passes it so when it is unset): no admin API, where unset
+    # means a key generated for the run.
+    if env.get(env_variable("admin_key")) == "":
+        out["admin_key"] = ""
     if env.get("SEMGATE_UPSTREAMS"):
         out.update(parse_upstreams([env["SEMGATE_UPSTREAMS"]], "SEMGATE_UPSTREAMS"))
     if env.get("SEMGATE_UPSTREAM_SETTINGS"):
