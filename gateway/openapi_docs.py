@@ -2,12 +2,14 @@
 body's schema as msgspec writes it from the very Struct that decodes or encodes it
 (`struct_schemas`), OpenAI's error object for every error status (never Litestar's
 default `{status_code, detail, extra}`, which no client of this server receives), the
-chat answer as JSON or as an SSE stream of chunks, and its headers."""
+chat and text answers as JSON or as SSE streams whose events are described one by one,
+and their headers."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 import msgspec
 from litestar import Router
@@ -19,13 +21,14 @@ from litestar.openapi.spec import (
     OpenAPIMediaType,
     OpenAPIResponse,
     Operation,
+    Reference,
     Schema,
 )
 from litestar.openapi.spec.enums import OpenAPIType
 from litestar.static_files import create_static_files_router
 from swagger_ui_bundle import swagger_ui_path
 
-from gateway.schemas import ChatCompletion, ErrorResponse
+from gateway.schemas import ChatCompletion, ChatCompletionChunk, ErrorResponse, TextCompletion
 
 ERRORS = {
     400: "Bad values, wrong types or missing fields (named in `param`, with OpenAI's "
@@ -58,10 +61,12 @@ def struct_schemas(openapi: OpenAPI) -> None:
     `forbid_unknown_fields` (msgspec writes `additionalProperties: false`). A Struct's
     `schema_rules` (what a field's type cannot say, checked in code beside it) are added."""
     components = openapi.components.schemas
+    # The chunks only streams send, which only their events' schemas name.
+    documented = {*components, ChatCompletionChunk.__name__, TextCompletion.__name__}
     structs = {
         cls.__name__: cls
         for cls in _structs()
-        if cls.__module__.startswith("gateway.") and cls.__name__ in components
+        if cls.__module__.startswith("gateway.") and cls.__name__ in documented
     }
     _, schemas = msgspec.json.schema_components(
         structs.values(), ref_template="#/components/schemas/{name}"
@@ -116,10 +121,32 @@ ANSWER_HEADERS = {
 }
 
 
+def _ref(struct: type[msgspec.Struct]) -> Reference:
+    return Reference(f"#/components/schemas/{struct.__name__}")
+
+
+def stream_event(chunk: type[msgspec.Struct], description: str) -> Schema:
+    """One event of an answer's SSE stream, as OpenAPI 3.1 reads `schema` under
+    text/event-stream (and schemathesis checks each event against it): its `data` is
+    `[DONE]`, or JSON: a `chunk`, or the error that ends a stream that failed."""
+    chunk_or_error = Schema(any_of=[_ref(chunk), _ref(ErrorResponse)])
+    as_json = Schema(content_media_type="application/json", content_schema=chunk_or_error)
+    data = Schema(type=OpenAPIType.STRING, schema_if=Schema(const="[DONE]"), schema_else=as_json)
+    return Schema(
+        type=OpenAPIType.OBJECT,
+        required=["data"],
+        properties={"data": data},
+        description=description,
+    )
+
+
 @dataclass
 class AnswerOperation(Operation):
-    """A completion's operation (chat or text), whose 200 is JSON or, with `stream: true`,
-    an SSE stream."""
+    """A completion's operation, whose 200 is JSON or, with `stream: true`, an SSE stream
+    of `chunk`s (ChatAnswerOperation, TextAnswerOperation)."""
+
+    chunk: ClassVar[type[msgspec.Struct]]
+    events: ClassVar[str]  # what the stream sends, in order
 
     def __post_init__(self) -> None:
         ok = (self.responses or {}).get("200")
@@ -131,16 +158,34 @@ class AnswerOperation(Operation):
             }
             ok.content = dict(ok.content or {})
             ok.content["text/event-stream"] = OpenAPIMediaType(
-                schema=Schema(
-                    type=OpenAPIType.STRING,
-                    description="`data: {chunk}` events (a chat completion's chunks: the "
-                    "role first): content deltas, one with finish_reason, the usage when "
-                    "stream_options.include_usage, then `data: [DONE]`; the last chunk "
-                    "before [DONE] has `timings`, Server-Timing's durations as an object "
-                    '(`{"cache": 3.1, "queue": 12.0, ...}`, milliseconds); a failure after '
-                    "the first chunk is one `data: {error}` event before [DONE]",
-                )
+                schema=stream_event(self.chunk, self.events + _STREAM_END)
             )
+
+
+# How both kinds of stream end.
+_STREAM_END = (
+    ", then `data: [DONE]`; the last chunk before [DONE] has `timings`, Server-Timing's "
+    'durations as an object (`{"cache": 3.1, "queue": 12.0, ...}`, milliseconds); a '
+    "failure after the first chunk is one `data: {error}` event before [DONE]"
+)
+
+
+class ChatAnswerOperation(AnswerOperation):
+    chunk = ChatCompletionChunk
+    events = (
+        "`data: {chunk}` events, each a `chat.completion.chunk`: the assistant's role "
+        "first, content deltas, one with finish_reason, the usage (no choices) when "
+        "stream_options.include_usage"
+    )
+
+
+class TextAnswerOperation(AnswerOperation):
+    chunk = TextCompletion
+    events = (
+        "`data: {chunk}` events, each a `text_completion` whose choice has the next piece "
+        "of `text`: the prompt first when `echo`, the generated text, one with "
+        "finish_reason, the usage (no choices) when stream_options.include_usage"
+    )
 
 
 # The docs page (/schema and /schema/swagger) loads Swagger UI from this server, not from

@@ -15,7 +15,7 @@ from gateway.chat_service import ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import CLIENT_CLOSED_REQUEST
 from gateway.job_translation import unknown_field
-from gateway.openapi_docs import CHAT_RESPONSES, AnswerOperation
+from gateway.openapi_docs import CHAT_RESPONSES, ChatAnswerOperation
 from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.schemas import ChatCompletion, ChatCompletionRequest
@@ -35,7 +35,7 @@ from gateway.upstream.balancer import SESSION_HEADER
     dto=StrictJSON[ChatCompletionRequest],
     return_dto=None,
     responses=CHAT_RESPONSES,
-    operation_class=AnswerOperation,
+    operation_class=ChatAnswerOperation,
 )
 async def chat_completions(
     data: ChatCompletionRequest,

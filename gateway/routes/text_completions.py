@@ -13,7 +13,7 @@ from gateway.chat_service import ChatService
 from gateway.disconnect import ClientDisconnected, DisconnectWatch
 from gateway.errors import CLIENT_CLOSED_REQUEST
 from gateway.job_translation import echo_text, text_job
-from gateway.openapi_docs import AnswerOperation, answer_responses
+from gateway.openapi_docs import TextAnswerOperation, answer_responses
 from gateway.request_id import request_id
 from gateway.runtime import Runtime
 from gateway.schemas import CompletionRequest, TextCompletion
@@ -37,7 +37,7 @@ PATH = "/v1/completions"
     dto=StrictJSON[CompletionRequest],
     return_dto=None,
     responses=answer_responses(TextCompletion),
-    operation_class=AnswerOperation,
+    operation_class=TextAnswerOperation,
 )
 async def text_completions(
     data: CompletionRequest,
