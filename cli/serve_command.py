@@ -230,6 +230,13 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         help="the admin key's own limit (default: off)",
     )
     serve.add_argument(
+        "--failed-auth-rate-limit",
+        default=None,
+        metavar="N/UNIT",
+        help="per client address, for requests with a missing or unknown key, whatever "
+        "--rate-limit is; empty: off (default: 60/minute)",
+    )
+    serve.add_argument(
         "--log-format",
         choices=("text", "json"),
         default=None,

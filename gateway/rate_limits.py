@@ -5,7 +5,7 @@ anyone else:
   keys) each client address has one;
 - requests with no key or an unknown one (and, on the open gateway too, an admin
   route's without the admin key) are limited per client address in a bucket of their
-  own, always, with its own budget (`FAILED_AUTH_RATE`, 60 a minute, whatever
+  own, with its own budget (`failed_auth_rate_limit`, 60 a minute, whatever
   `rate_limit` is, set or not): guessing keys is slowed, and within the budget they
   always get their 401 (which clients do not retry), never a tenant's or the
   operator's 429;
@@ -27,8 +27,6 @@ from gateway.auth import Keyring, admin_guard, bearer_token
 from gateway.settings import Settings, parse_rate
 
 UNLIMITED_PATHS = ["/health", "/ready", "/metrics", "/schema"]
-# Enough for a client with a mistyped key to see its 401s, few enough to slow guessing.
-FAILED_AUTH_RATE: tuple[DurationUnit, int] = ("minute", 60)
 _BUCKET = "semgate_rate_bucket"  # in the scope's state: (kind, bucket), classified once
 
 
@@ -69,7 +67,9 @@ def _config(rate: tuple[DurationUnit, int], kind: str) -> DefineMiddleware:
 
 
 def rate_limit_middleware(settings: Settings) -> list[DefineMiddleware]:
-    middleware = [_config(FAILED_AUTH_RATE, "unknown")]
+    middleware = []
+    if (failed_auth_rate := parse_rate(settings.failed_auth_rate_limit)) is not None:
+        middleware.append(_config(failed_auth_rate, "unknown"))
     if (rate := parse_rate(settings.rate_limit)) is not None:
         middleware.append(_config(rate, "tenant"))
     if (admin_rate := parse_rate(settings.admin_rate_limit)) is not None:

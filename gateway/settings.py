@@ -90,6 +90,10 @@ class Settings:
     admin_key: str | None = field(default=None, repr=False)
     rate_limit: str | None = None  # "120/minute" per API key
     admin_rate_limit: str | None = None  # the admin key's own budget ("600/minute")
+    # Per client address, for requests with a missing or unknown key: enough for a client
+    # with a mistyped key to see its 401s, few enough to slow guessing. Behind a proxy
+    # every client has its address.
+    failed_auth_rate_limit: str | None = "60/minute"
     max_body_bytes: int = 4 * 1024 * 1024
     # What a client may send beyond the body (gateway/client_limits.py): the request line
     # and headers together, their count, the seconds to send them and then the body, the
@@ -118,6 +122,7 @@ class Settings:
             raise ValueError(f"log_format must be text or json, not {self.log_format!r}")
         parse_rate(self.rate_limit)  # validate early
         parse_rate(self.admin_rate_limit)
+        parse_rate(self.failed_auth_rate_limit)
         for name in ("max_body_bytes", "port", "max_header_bytes", "max_headers",
                      "max_connections", "cache_breaker_after"):  # fmt: skip
             if getattr(self, name) < 1:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from gateway.rate_limits import FAILED_AUTH_RATE
+from gateway.settings import Settings, parse_rate
 from tests.gateway.conftest import chat_body
 from tests.gateway.fake_upstream import MODEL as FAKE_MODEL
 from tests.gateway.fake_upstream import FakeUpstream
@@ -45,6 +45,13 @@ def limited() -> Iterator[Server]:
     )  # fmt: skip
     with serving(server):
         yield server
+
+
+def failed_auth_budget() -> int:
+    """What an address may send with a missing or unknown key a minute, by default."""
+    rate = parse_rate(Settings.failed_auth_rate_limit)
+    assert rate is not None and rate[0] == "minute"
+    return rate[1]
 
 
 def post(server: Server, key: str, **kw: object) -> httpx.Response:
@@ -121,8 +128,9 @@ def test_unknown_keys_get_401_and_lock_no_one_out(limited: Server):
     at the same address keep their budgets, and the admin key has a budget of its own
     (5/minute here)."""
     keyless = httpx.post(limited.url + "/v1/chat/completions", json=chat_body("Hi."), timeout=60)
-    guesses = [keyless] + [post(limited, f"sk-made-up-{i}") for i in range(FAILED_AUTH_RATE[1])]
-    assert [r.status_code for r in guesses] == [401] * FAILED_AUTH_RATE[1] + [429]
+    budget = failed_auth_budget()
+    guesses = [keyless] + [post(limited, f"sk-made-up-{i}") for i in range(budget)]
+    assert [r.status_code for r in guesses] == [401] * budget + [429]
     assert guesses[0].json()["error"]["code"] == "missing_api_key"
     assert guesses[1].json()["error"]["code"] == "invalid_api_key"
     assert post(limited, "sk-fresh").status_code == 200
@@ -141,12 +149,13 @@ def test_wrong_admin_keys_are_limited_on_an_open_gateway_without_rate_limits(
     401s only within the failed-auth budget, then 429s, while the admin key and chat at
     that address keep working. (A gateway of its own: the budget is per address.)"""
     server = Server(["--upstream", fake.url, "--no-cache", "--admin-key", ADMIN_KEY])
+    budget = failed_auth_budget()
     with serving(server), httpx.Client(base_url=server.url, timeout=60) as client:
         guesses = [
             client.get("/admin/cache/stats", headers={"Authorization": f"Bearer sk-guess-{i}"})
-            for i in range(FAILED_AUTH_RATE[1] + 1)
+            for i in range(budget + 1)
         ]
-        assert [r.status_code for r in guesses] == [401] * FAILED_AUTH_RATE[1] + [429]
+        assert [r.status_code for r in guesses] == [401] * budget + [429]
         assert guesses[-1].json()["error"]["code"] == "rate_limit_exceeded"
         admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
         assert client.get("/admin/cache/stats", headers=admin).status_code == 400  # cache off

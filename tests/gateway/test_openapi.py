@@ -33,7 +33,9 @@ EXAMPLES = 40  # per operation and phase
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A gateway of its own: the fuzzer changes thresholds and flushes the cache."""
-    flags = ["--num-threads", "1", "--api-keys", f"{TENANT_KEY}:fuzz", "--admin-key", ADMIN_KEY]
+    flags = ["--num-threads", "1", "--api-keys", f"{TENANT_KEY}:fuzz", "--admin-key", ADMIN_KEY,
+             # Its probes without a key, from one address, are past 60 a minute.
+             "--failed-auth-rate-limit", "100000/minute"]  # fmt: skip
     with serving(caching_server(tmp_path_factory, flags)) as [server]:
         yield server
 
