@@ -185,6 +185,29 @@ def test_a_paused_redis_is_skipped_by_the_circuit_breaker(servers: tuple[Server,
     assert "internal error" not in gateway.log()
 
 
+def test_the_cache_is_back_soon_after_a_long_hang(servers: tuple[Server, Server]):
+    """The issue's 30 s hang, chat asked all along (its lookups are the breaker's probes):
+    doubling back-offs (5, 10, 20 s) kept the cache off 12 s after it had ended; now the
+    next probe comes within the 5 s back-off."""
+    gateway = servers[0]
+    until("cache up", lambda: ready(gateway).json()["cache"] == "up")
+    pid, _ = embedded_redis(gateway)
+    asked = 0
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        hang_ends = time.monotonic() + 30
+        while time.monotonic() < hang_ends:
+            ask(gateway, f"Count to {asked}.", max_tokens=1)
+            asked += 1
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    resumed = time.monotonic()
+    while ask(gateway, f"Count to {asked}.", max_tokens=1).headers["x-cache-status"] == "Bypass":
+        asked += 1
+        assert time.monotonic() - resumed < 60, "the cache never came back"
+    assert time.monotonic() - resumed < 7
+
+
 def test_an_unreachable_redis_url_leaves_chat_ready_and_uncached(
     servers: tuple[Server, Server],
 ):

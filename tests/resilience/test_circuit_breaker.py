@@ -36,17 +36,45 @@ def test_it_opens_after_timeouts_in_a_row_and_closes_on_an_answer():
     assert not breaker.open and breaker.allows() and breaker.reason is None
 
 
-def test_a_failed_probe_doubles_the_backoff_up_to_its_cap():
+def _probes(breaker: CircuitBreaker, clock: Clock, hang: float, timeout: float = 1.0) -> float:
+    """Calls every 0.1 s from the breaker's opening; Redis answers after `hang` seconds
+    and each probe before then times out after `timeout`: when a probe found it again."""
+    start = clock.now
+    while True:
+        clock.now += 0.1
+        if breaker.allows():
+            clock.now += timeout
+            if clock.now - start >= hang:
+                breaker.record_success()
+                return clock.now - start
+            breaker.record_timeout()
+
+
+def test_a_failed_probe_skips_redis_for_a_sixth_of_the_outage_within_bounds():
     clock = Clock()
     breaker = CircuitBreaker(after=1, backoff=5, max_backoff=12, clock=clock)
     breaker.record_timeout()
-    for backoff in (5, 10, 12, 12):
-        clock.now += backoff - 0.1
-        assert not breaker.allows()
-        clock.now += 0.1
-        assert breaker.allows()
+    skips = []
+    for _ in range(14):
+        waited = clock.now
+        while not breaker.allows():
+            clock.now += 0.5
+        skips.append(clock.now - waited)
         breaker.record_timeout()  # the probe timed out too
-    assert breaker.opens == 5
+    assert skips[:5] == [5.0] * 5  # a sixth of under 30 s is under the floor
+    assert skips == sorted(skips) and skips[-1] == 12.0  # longer, up to the cap
+    assert breaker.opens == 15
+
+
+@pytest.mark.parametrize("hang", [10.0, 30.0, 61.0])
+def test_redis_is_found_again_soon_after_a_hang(hang: float):
+    """The issue's 30 s hang kept the cache off 12 s longer with doubling back-offs (5,
+    10, 20 s); now Redis is asked again within `backoff` or a sixth of the hang, whichever
+    is longer (plus the probe's timeout)."""
+    clock = Clock()
+    breaker = CircuitBreaker(after=1, backoff=5, clock=clock)
+    breaker.record_timeout()
+    assert _probes(breaker, clock, hang) - hang <= max(5, hang / 6) + 1 + 0.2
 
 
 def test_timeouts_of_lookups_already_in_flight_do_not_extend_it():
