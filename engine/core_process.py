@@ -49,6 +49,11 @@ class AbortRequest:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """Asks an idle core to report: one that does not is hung (AsyncLLM.probe)."""
+
+
+@dataclass(frozen=True)
 class CoreReady:
     """The child's first message once the model is loaded."""
 
@@ -88,7 +93,7 @@ def _step_report(
     return StepReport([CoreOutput._make(out) for out in outputs], failures, stats, step)
 
 
-ClientMessage = AddRequest | AbortRequest | None  # None: shut down
+ClientMessage = AddRequest | AbortRequest | Probe | None  # None: shut down
 
 # Seconds the loop sleeps at most when its requests wait on KV transfers; their threads
 # wake it sooner.
@@ -215,7 +220,7 @@ class _CoreLoop:
         outputs: list[CoreOutput] = []
         failures: list[RequestFailure] = []
         for message in messages:
-            if message is None:
+            if message is None or isinstance(message, Probe):  # a message: it is reported
                 continue
             if isinstance(message, AbortRequest):
                 if (out := self.engine.abort(message.request_id)) is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 import subprocess
 import threading
 import time
@@ -19,6 +20,7 @@ from engine.core_process import (
     AddRequest,
     ClientMessage,
     CoreReady,
+    Probe,
     StepReport,
     start_engine_core,
 )
@@ -180,6 +182,7 @@ class AsyncLLM:
         # core reports nothing, so only silence with work pending means a hang.
         self._pending: set[str] = set()
         self._progress = time.monotonic()
+        self._probed_at: float | None = None  # an idle core was probed then, no report since
         self._reader = threading.Thread(
             target=self._receive, name="semgate-engine-outputs", daemon=True
         )
@@ -264,8 +267,34 @@ class AsyncLLM:
         return self._stopped
 
     def stalled_for(self) -> float:
-        """Seconds the core has shown no progress while holding requests (0 when idle)."""
-        return time.monotonic() - self._progress if self._pending else 0.0
+        """Seconds the core has shown no progress while holding requests, or has not
+        answered a probe while idle (else 0)."""
+        if self._pending:
+            return time.monotonic() - self._progress
+        probed_at = self._probed_at
+        return 0.0 if probed_at is None else time.monotonic() - probed_at
+
+    def probe(self) -> None:
+        """Asks an idle core to report, so that a hang shows before a request waits on it
+        (stalled_for); one probe at a time. A busy core's reports are its progress.
+
+        Never blocks (the thread that probes is the one that kills a hung core): while
+        another send is under way it probes next time; a pipe too full to write to
+        counts as a probe out, as the core reads its pipe even during a step."""
+        if self._stopped or self._pending or self._probed_at is not None:
+            return
+        _, writable, _ = select.select([], [self._conn.fileno()], [], 0)
+        if not writable:
+            self._probed_at = time.monotonic()
+            return
+        if not self._send_lock.acquire(blocking=False):
+            return
+        try:
+            self._probed_at = time.monotonic()
+            with contextlib.suppress(OSError):  # gone: the reader thread says why
+                self._conn.send(Probe())
+        finally:
+            self._send_lock.release()
 
     def kill_core(self, reason: str) -> None:
         """Kills the core process (a hung one); its streams fail with `reason`."""
@@ -306,7 +335,7 @@ class AsyncLLM:
                 report: StepReport = self._conn.recv()
             except (EOFError, OSError):
                 break
-            self._progress = time.monotonic()
+            self._progress, self._probed_at = time.monotonic(), None
             self._stats = report.stats
             if report.step is not None:
                 self._steps.add(report.step)

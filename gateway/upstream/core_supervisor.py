@@ -3,7 +3,9 @@ embedded Redis.
 
 A core that exits (a crash, the OOM killer, `kill -9`) is reaped and started again. A
 core that shows no progress for `hang_seconds` while it holds requests (`kill -STOP`, a
-deadlock) counts as hung: it is unready at once, then killed and started again. Either
+deadlock), or that does not answer a probe for as long while idle (it is probed every
+PROBE_SECONDS), counts as hung: it is unready at once, then killed and started again.
+(Unprobed, an idle hung core was ready until a request had waited out the timeout.) Either
 way the requests it held fail with EngineDeadError, which the gateway answers cleanly
 (503, or an SSE error event and [DONE]); meanwhile the gateway is unready and cache hits
 are still served.
@@ -29,6 +31,7 @@ log = logging.getLogger("semgate.engine")
 RESTART_DELAYS = (0.0, 1.0, 2.0, 5.0, 10.0)  # before each restart; the last repeats
 STABLE_SECONDS = 30.0  # up this long, the next failure starts the backoff over
 POLL_SECONDS = 0.1
+PROBE_SECONDS = 1.0  # between probes of an idle core (a message each way)
 # Consecutive failed loads after which the process cannot mend itself: /health turns 503
 # so that a liveness probe restarts it (the supervisor keeps trying meanwhile).
 BROKEN_AFTER = 5
@@ -97,12 +100,17 @@ class CoreSupervisor:
         return self.failed_loads >= BROKEN_AFTER
 
     def _watchdog(self) -> None:
-        """Kills a core that holds requests and shows no progress for hang_seconds."""
+        """Probes an idle core, and kills one that shows no progress (holding requests,
+        or probed) for hang_seconds."""
+        probed = 0.0
         while not self._stopping:
             time.sleep(POLL_SECONDS)
             llm = self.llm
             if llm is None or llm.stopped is not None or llm is self._hung:
                 continue
+            if time.monotonic() - probed >= PROBE_SECONDS:
+                probed = time.monotonic()
+                llm.probe()
             if llm.stalled_for() > self.hang_seconds:
                 self._hung = llm
                 reason = f"the engine core made no progress for {self.hang_seconds:g} s (hung)"

@@ -133,3 +133,22 @@ def test_a_stopped_core_counts_as_hung_and_is_restarted(server: Server):
     log = server.log()
     assert f"made no progress for {HANG_TIMEOUT} s (hung): killing it" in log
     assert "Traceback" not in log
+
+
+def test_an_idle_stopped_core_is_found_hung_without_a_request(server: Server):
+    """`kill -STOP` of an idle core: its probes go unanswered, so /ready turns 503 within
+    the hang timeout (and a probe's second) and the core is restarted, with no request
+    sent (idle, it stayed ready until a request had waited out the whole timeout)."""
+    until("ready", lambda: ready(server).status_code == 200)
+    hung = metric(server, 'semgate_engine_core_restarts_total{cause="hung"}', missing=0)
+    pid = core_pid(server)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        until("unready", lambda: ready(server).status_code == 503, HANG_TIMEOUT + 3)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # killed and reaped by then
+            os.kill(pid, signal.SIGCONT)
+    until("ready again", lambda: ready(server).status_code == 200)
+    assert metric(server, 'semgate_engine_core_restarts_total{cause="hung"}') == hung + 1
+    assert ask(server, "Name a lake.", max_tokens=8).status_code == 200
+    assert "Traceback" not in server.log()
