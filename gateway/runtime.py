@@ -29,6 +29,7 @@ from gateway.metrics import CacheHealth, GatewayMetrics
 from gateway.passthrough import PassThrough
 from gateway.settings import Settings
 from gateway.upstream import HttpUpstream, InProcessEngine, ModelRouter, Upstream
+from gateway.upstream.disaggregation import Disaggregated, PdRule
 
 log = logging.getLogger("semgate.gateway")
 
@@ -51,20 +52,34 @@ def build_upstream(settings: Settings, metrics: GatewayMetrics) -> ModelRouter:
             )
         )
 
-    def remote(urls: list[str], model: str | None = None) -> HttpUpstream:
-        group = settings.group(model)
-        return HttpUpstream(
-            urls,
-            timeout=group.timeout,
-            api_key=group.api_key,
-            model=model,
-            balancer=group.balancer,
-            weights=group.weights,
-        )
+    rule = PdRule(settings.pd_min_prompt_tokens, settings.pd_max_prefill_queue)
 
-    targets += [remote(urls, model) for model, urls in settings.upstream_groups.items()]
+    def remote(urls: list[str], prefill: list[str], model: str | None = None) -> Upstream:
+        """The servers of `model` (None: those whose models are discovered); with prefill
+        servers, those decode. Both pools take the group's settings (the weights, one per
+        URL, are the decode servers')."""
+        group = settings.group(model)
+
+        def pool(urls: list[str], weights: list[float] | None = None) -> HttpUpstream:
+            return HttpUpstream(
+                urls,
+                timeout=group.timeout,
+                api_key=group.api_key,
+                model=model,
+                balancer=group.balancer,
+                weights=weights,
+            )
+
+        decode = pool(urls, group.weights)
+        return Disaggregated(decode, pool(prefill), rule, metrics.count_pd) if prefill else decode
+
+    prefill = settings.upstream_prefill_groups
+    targets += [
+        remote(urls, prefill.get(model, []), model)
+        for model, urls in settings.upstream_groups.items()
+    ]
     if settings.upstreams:
-        targets.append(remote(settings.upstreams))
+        targets.append(remote(settings.upstreams, settings.upstream_prefill))
     return ModelRouter(targets, settings.model_aliases)
 
 
