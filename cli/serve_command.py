@@ -148,6 +148,13 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         "per healthy server, or more (default: 2)",
     )
     serve.add_argument(
+        "--pd-prefill-timeout",
+        type=float,
+        default=None,
+        help="seconds a prefill server may take before the decode server prefills the "
+        "prompt itself (default: 60.0, at most --upstream-timeout)",
+    )
+    serve.add_argument(
         "--model-alias",
         action="append",
         default=None,

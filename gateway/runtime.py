@@ -57,21 +57,26 @@ def build_upstream(settings: Settings, metrics: GatewayMetrics) -> ModelRouter:
     def remote(urls: list[str], prefill: list[str], model: str | None = None) -> Upstream:
         """The servers of `model` (None: those whose models are discovered); with prefill
         servers, those decode. Both pools take the group's settings (the weights, one per
-        URL, are the decode servers')."""
+        URL, are the decode servers'; a prefill's time is bounded by pd_prefill_timeout)."""
         group = settings.group(model)
 
-        def pool(urls: list[str], weights: list[float] | None = None) -> HttpUpstream:
+        def pool(
+            urls: list[str], timeout: float, weights: list[float] | None = None
+        ) -> HttpUpstream:
             return HttpUpstream(
                 urls,
-                timeout=group.timeout,
+                timeout=timeout,
                 api_key=group.api_key,
                 model=model,
                 balancer=group.balancer,
                 weights=weights,
             )
 
-        decode = pool(urls, group.weights)
-        return Disaggregated(decode, pool(prefill), rule, metrics.count_pd) if prefill else decode
+        decode = pool(urls, group.timeout, group.weights)
+        if not prefill:
+            return decode
+        prefilling = pool(prefill, min(group.timeout, settings.pd_prefill_timeout))
+        return Disaggregated(decode, prefilling, rule, metrics.count_pd)
 
     prefill = settings.upstream_prefill_groups
     targets += [

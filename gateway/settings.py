@@ -83,6 +83,9 @@ class Settings:
     # servers' queue is under pd_max_prefill_queue requests per healthy server.
     pd_min_prompt_tokens: int = 512
     pd_max_prefill_queue: int = 2
+    # Seconds a prefill may take (at most the group's timeout) before the decode server
+    # prefills the prompt itself.
+    pd_prefill_timeout: float = 60.0
     # Cache.
     cache: bool = True
     redis_url: str | None = None
@@ -170,6 +173,8 @@ class Settings:
             raise ValueError("pd_min_prompt_tokens must be >= 0")
         if self.pd_max_prefill_queue < 1:
             raise ValueError("pd_max_prefill_queue must be >= 1")
+        if not self.pd_prefill_timeout > 0:
+            raise ValueError("pd_prefill_timeout must be > 0")
 
     def group(self, model: str | None) -> GroupSettings:
         """The settings of `model`'s upstream group (None: the servers whose models are

@@ -11,7 +11,8 @@ fake's `models`. With `llama`, it answers as llama.cpp's llama-server does: /hea
 chunk has llama-server's `timings` (`LLAMA_TIMINGS`) and no Server-Timing header. With
 `prefill`, it answers as a vLLM prefill server (a KV connector's): a request whose
 `kv_transfer_params` ask `do_remote_decode` gets `PREFILL_PARAMS` in its JSON answer. While
-`failing` holds a status, every POST gets it with an OpenAI error; while `waiting` holds a
+`failing` holds a status, every POST gets it with an OpenAI error, and each is answered
+`delay` seconds late; while `waiting` holds a
 count, /metrics exports it as vLLM's waiting requests (else /metrics is a 404, and the
 gateway asks no more)."""
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -142,6 +144,7 @@ class FakeUpstream:
         self.llama = llama
         self.prefill = prefill
         self.failing: int | None = None
+        self.delay = 0.0
         self.waiting: int | None = None
         self.bodies: list[dict[str, Any]] = []
         self.request_ids: list[str | None] = []
@@ -200,6 +203,7 @@ class FakeUpstream:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.bodies.append(body)
                 fake.request_ids.append(self.headers.get("X-Request-Id"))
+                time.sleep(fake.delay)
                 answered = GGUF if fake.llama else body["model"]
                 asked = body.get("kv_transfer_params") or {}
                 transfer = {}

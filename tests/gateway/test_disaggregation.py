@@ -17,7 +17,10 @@ import pytest
 
 from cli.main import build_parser
 from cli.serve_command import _settings
+from gateway.metrics import GatewayMetrics
+from gateway.runtime import build_upstream
 from gateway.settings import Settings
+from gateway.upstream.disaggregation import Disaggregated
 from tests.gateway.conftest import timings_of
 from tests.gateway.fake_upstream import MODEL, PREFILL_PARAMS, SERVER_TIMING, FakeUpstream
 from tests.gateway.servers import Server, free_port, metric, ready, serving
@@ -52,7 +55,7 @@ def pd_flags(decode: str, prefill: str) -> list[str]:
     return [
         "--no-cache", "--admin-key", ADMIN,
         "--upstream", f"{MODEL}={decode}", "--upstream-prefill", f"{MODEL}={prefill}",
-        "--pd-min-prompt-tokens", str(MIN_TOKENS),
+        "--pd-min-prompt-tokens", str(MIN_TOKENS), "--pd-prefill-timeout", "1",
     ]  # fmt: skip
 
 
@@ -178,17 +181,20 @@ def test_a_short_or_mostly_cached_prompt_never_touches_the_prefill_server(
 
 @pytest.mark.parametrize(
     ("fault", "reason"),
-    [("failing", "prefill_failed"), ("no_connector", "no_params")],
+    [("failing", "prefill_failed"), ("slow", "prefill_failed"), ("no_connector", "no_params")],
 )
 def test_a_failing_prefill_server_means_a_local_prefill(
     front: Server, decode: FakeUpstream, prefill: FakeUpstream, fault: str, reason: str
 ):
-    """A prefill server that fails the request (500), or answers without
-    kv_transfer_params (a vLLM without a KV connector), costs the request its remote
-    prefill only: the decode server gets it unchanged and answers."""
+    """A prefill server that fails the request (500), takes longer than
+    --pd-prefill-timeout, or answers without kv_transfer_params (a vLLM without a KV
+    connector) costs the request its remote prefill only: the decode server gets it
+    unchanged and answers."""
     local = decisions(front, "local", reason)
     if fault == "failing":
         prefill.failing = 500
+    elif fault == "slow":
+        prefill.delay = 2.0
     else:
         prefill.prefill = False
     try:
@@ -196,7 +202,7 @@ def test_a_failing_prefill_server_means_a_local_prefill(
         body = {"model": MODEL, "messages": rag(f"What does part {fault} do?"), "max_tokens": 4}
         answer = post(front, body)
     finally:
-        prefill.failing, prefill.prefill = None, True
+        prefill.failing, prefill.delay, prefill.prefill = None, 0.0, True
     assert len(prefill.bodies) == asked + 1
     assert "kv_transfer_params" not in decode.bodies[-1]
     assert answer.json()["choices"][0]["message"]["content"].startswith("Answer 0")
@@ -270,11 +276,16 @@ def test_prefill_servers_from_flags_the_environment_and_the_config_file(tmp_path
         "--upstream", "llama=http://d:8000", "--upstream", "http://e:8000",
         "--upstream-prefill", "llama=http://p:8000,http://q:8000/",
         "--upstream-prefill", "http://r:8000", "--pd-min-prompt-tokens", "1000",
-        "--pd-max-prefill-queue", "4",
+        "--pd-max-prefill-queue", "4", "--pd-prefill-timeout", "9",
     )  # fmt: skip
     assert flags.upstream_prefill_groups == {"llama": ["http://p:8000", "http://q:8000"]}
     assert flags.upstream_prefill == ["http://r:8000"]
     assert (flags.pd_min_prompt_tokens, flags.pd_max_prefill_queue) == (1000, 4)
+    assert flags.pd_prefill_timeout == 9.0
+    metrics = GatewayMetrics(lambda: None, lambda: None, lambda: None, list)
+    for pair in build_upstream(flags, metrics).targets:  # the group's, the discovered ones'
+        assert isinstance(pair, Disaggregated)
+        assert (pair.decode._timeout, pair.prefill._timeout) == (600.0, 9.0)
     env = {
         "SEMGATE_UPSTREAMS": "llama=http://d:8000",
         "SEMGATE_UPSTREAM_PREFILL": "llama=http://p:8000",
