@@ -105,6 +105,7 @@ class RedisKVStore(KVConnector):
         self._loading: set[str] = set()
         self._saved_upto: dict[str, int] = {}  # request id -> its blocks saved or skipped
         self._unsaved: dict[str, int] = {}  # request id -> its save jobs in flight
+        self._save_failed: set[str] = set()  # requests a save of which failed
         self._held: set[str] = set()  # finished requests kept until their transfers end
         self._recent: OrderedDict[bytes, None] = OrderedDict()
         self._finished = KVFinished()
@@ -221,6 +222,7 @@ class RedisKVStore(KVConnector):
                 dropped = self._queued_save_bytes + nbytes > MAX_QUEUED_SAVE_BYTES
                 if dropped:
                     self.stats.fail("save_dropped", len(hashes) * self.layout.block_size)
+                    self._save_failed.update(request_ids)
                 else:
                     self._queued_save_bytes += nbytes
                     for rid in request_ids:
@@ -374,6 +376,8 @@ class RedisKVStore(KVConnector):
             self._failed("save", exc, tokens=tokens)
             for block_hash in save.hashes:
                 self._forget(block_hash, in_store=False)
+            with self._lock:
+                self._save_failed.update(save.request_ids)
         else:
             self._succeeded()
             with self._lock:
@@ -395,6 +399,9 @@ class RedisKVStore(KVConnector):
         caller holds the lock)."""
         if rid in self._held and rid not in self._unsaved and rid not in self._loading:
             self._finished.released.add(rid)
+            if rid in self._save_failed:
+                self._save_failed.discard(rid)
+                self._finished.unsaved.add(rid)
 
     def _remember(self, block_hash: bytes) -> None:
         with self._lock:

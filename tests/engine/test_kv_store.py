@@ -156,6 +156,9 @@ def test_a_store_that_is_down_costs_only_time(engine: Callable[..., LLM]) -> Non
     assert all(o.token_ids == expected.token_ids for o in outs)
     stats = down.engine.get_stats().kv_transfer
     assert stats is not None and stats.failures.get("unavailable", 0) > 0
+    # A prefill whose saves failed names nothing for a decode server to load.
+    prefill = engine(kv_store=f"redis://127.0.0.1:{port}/0", kv_role="prefill")
+    assert answer(prefill, salt="fresh", do_remote_decode=True).kv_transfer_params is None
 
 
 def test_a_hung_store_costs_a_short_timeout_then_is_skipped(engine: Callable[..., LLM]) -> None:

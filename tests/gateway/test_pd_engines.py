@@ -1,9 +1,9 @@
 """Prefill and decode apart, end to end: a gateway (`--upstream-prefill`) in front of a
 real prefill engine server and a real decode engine server (`--kv-role prefill|decode`)
-sharing the session's Redis as their KV store. A long prompt is prefilled on the prefill
-server and loaded on the decode server, with the text a colocated engine gives; a short
-one never touches the prefill server; a prefill server that is gone means a local
-prefill, never a failed request."""
+sharing a Redis Stack of their own as their KV store. A long prompt is prefilled on the
+prefill server and loaded on the decode server, with the text a colocated engine gives; a
+short one never touches the prefill server; a KV store killed, or a prefill server gone,
+costs a local prefill, never a failed request or another text."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-import redis
 
 from cache.redis_server import EmbeddedRedis
 from tests.gateway.conftest import chat_body, timings_of
@@ -19,7 +18,6 @@ from tests.gateway.servers import MODEL, Server, metric, serving
 
 pytestmark = pytest.mark.slow  # three servers of its own
 
-KV_DB = 6  # the session's Redis, a database of this module's KV store
 ENGINE = ["--no-cache", "--num-threads", "1", "--max-model-len", "1024"]
 MIN_PROMPT_TOKENS = 128
 LONG = "Inventory: " + " ".join(f"crate {i} holds {i * 7 % 97} apples;" for i in range(50))
@@ -33,10 +31,17 @@ def routed(route: str, reason: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def servers(redis_server: EmbeddedRedis) -> Iterator[tuple[Server, Server, Server]]:
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(tmp_path_factory.mktemp("kv-store"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def servers(store: EmbeddedRedis) -> Iterator[tuple[Server, Server, Server]]:
     """The gateway, its prefill server and its decode server."""
-    url = redis_server.url.rsplit("/", 1)[0] + f"/{KV_DB}"
-    redis.Redis.from_url(url).flushdb()
+    url = store.url
     prefill = Server([*ENGINE, "--kv-store", url, "--kv-role", "prefill"])
     decode = Server([*ENGINE, "--kv-store", url, "--kv-role", "decode"])
     gateway = Server(
@@ -49,7 +54,6 @@ def servers(redis_server: EmbeddedRedis) -> Iterator[tuple[Server, Server, Serve
     )  # fmt: skip
     with serving(prefill, decode, gateway) as [p, d, g]:
         yield g, p, d
-    redis.Redis.from_url(url).flushdb()
 
 
 def ask(server: Server, question: str) -> httpx.Response:
@@ -90,6 +94,22 @@ def test_a_short_prompt_never_touches_the_prefill_server(
     assert metric(gateway, routed("local", "short_prompt")) >= 1
     after = metric(prefill, 'semgate_http_requests_total{path="/v1/chat/completions"}', 0)
     assert after == before
+
+
+def test_a_killed_store_costs_a_local_prefill_never_an_error(
+    servers: tuple[Server, Server, Server], store: EmbeddedRedis
+) -> None:
+    """The store is killed (as if its Redis died mid-run): the prefill server cannot save,
+    the decode server cannot load, and the answer is the one it computes itself."""
+    gateway, prefill, decode = servers
+    question = LONG.replace("apples", "plums")
+    expected = text_of(ask(prefill, question))  # before the kill: computed, and saved
+    store.stop()
+    loaded = metric(decode, LOADED, 0)
+    assert text_of(ask(gateway, question)) == expected
+    assert metric(decode, LOADED, 0) == loaded  # nothing came from a dead store
+    failures = f'semgate_kv_transfer_failures_total{{model_name="{MODEL}"}}'
+    assert metric(decode, failures, 0) + metric(prefill, failures, 0) > 0
 
 
 def test_a_prefill_server_that_is_gone_means_a_local_prefill(
