@@ -80,8 +80,10 @@ class Settings:
     upstream_prefill_groups: dict[str, list[str]] = field(default_factory=dict)
     # A prompt goes to a prefill server only when its tokens not cached on the decode
     # servers (as the gateway estimates them) exceed pd_min_prompt_tokens, and the prefill
-    # servers' queue is under pd_max_prefill_queue requests per healthy server.
-    pd_min_prompt_tokens: int = 512
+    # servers' queue is under pd_max_prefill_queue requests per healthy server. 1024: where
+    # a remote prefill's cost to its own request (the hop, the save, the load) falls to
+    # about a tenth of a local prefill (`semgate bench pd-threshold`, docs/deploy.md).
+    pd_min_prompt_tokens: int = 1024
     pd_max_prefill_queue: int = 2
     # Seconds a prefill may take (at most the group's timeout) before the decode server
     # prefills the prompt itself.

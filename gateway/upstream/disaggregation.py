@@ -75,7 +75,7 @@ CountDecision = Callable[[str, str, str], None]
 
 @dataclass(frozen=True)
 class PdRule:
-    min_prompt_tokens: int = 512
+    min_prompt_tokens: int = 1024  # gateway/settings.py says why
     max_prefill_queue: int = 2  # per healthy prefill server
 
 
