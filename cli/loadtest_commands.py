@@ -119,6 +119,14 @@ def _add_pd_arguments(scenario: argparse.ArgumentParser) -> None:
         default=None,
         help="judge an earlier pd run's results.json against these SLOs instead of running",
     )
+    pd.add_argument(
+        "--kill-store-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a fault: kill each side's KV store (SIGKILL) this long into the sweep; every "
+        "request must still be answered",
+    )
 
 
 def _workload_options(args: argparse.Namespace, defaults: dict[str, object]) -> WorkloadOptions:
@@ -218,7 +226,10 @@ def _check_scenario_flags(args: argparse.Namespace) -> None:
         slo_given = (args.slo_ttft_ms, args.slo_itl_ms, args.slo_itl) != (
             DEFAULT_SLO.ttft_ms, DEFAULT_SLO.itl_ms, DEFAULT_SLO.itl_stat,
         )  # fmt: skip
-        given = {"--rates": args.rates, "--results": args.results, "--slo-*": slo_given or None}
+        given = {
+            "--rates": args.rates, "--results": args.results, "--slo-*": slo_given or None,
+            "--kill-store-after": args.kill_store_after,
+        }  # fmt: skip
         what = "runs at one load, with no SLOs"
     if flags := [flag for flag, value in given.items() if value is not None]:
         raise ValueError(f"scenario {args.name} {what}: {', '.join(flags)} do not apply")
@@ -245,6 +256,7 @@ def _pd(args: argparse.Namespace) -> int:
         run = SweepRun(
             rates=tuple(args.rates or DEFAULT_RATES), num_threads=args.num_threads,
             timeout=args.timeout, model=args.model, seed=args.seed,
+            kill_store_after=args.kill_store_after,
         )  # fmt: skip
         options = _workload_options(args, {"num_requests": REQUESTS_PER_RATE, **PD_OPTIONS})
         result, about = run_sweep(run, options, console), ABOUT

@@ -120,10 +120,15 @@ class SweepRun:
     timeout: float = 300.0
     model: str = "smollm2-135m-instruct"
     seed: int = 0
+    # A fault: each side's KV store is killed this many seconds into the sweep (after the
+    # servers are up), and every request must still be answered.
+    kill_store_after: float | None = None
 
     def __post_init__(self) -> None:
         if not self.rates or min(self.rates) <= 0 or len(set(self.rates)) != len(self.rates):
             raise ValueError(f"rates must be distinct and positive, got {self.rates}")
+        if self.kill_store_after is not None and self.kill_store_after < 0:
+            raise ValueError(f"kill_store_after must be >= 0, got {self.kill_store_after}")
 
     def engine_args(self, engine: Engine, store: str | None) -> list[str]:
         """An engine server's flags; `store` the side's Redis URL."""

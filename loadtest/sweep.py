@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
+import signal
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +30,7 @@ from loadtest.work_item import WorkItem, WorkloadOptions
 from loadtest.workload import build_workload
 
 if TYPE_CHECKING:
+    from cache.redis_server import EmbeddedRedis
     from gateway.serve_process import ServeProcess
 
 # What the report shows of the servers' /metrics: the KV transfers of the engine servers
@@ -66,6 +70,7 @@ class _Side:
     side: PdSide
     engines: list[ServeProcess]
     gateway: ServeProcess
+    store: EmbeddedRedis | None
 
     def names(self) -> dict[str, str]:
         """URL -> the server's name in the report."""
@@ -80,9 +85,9 @@ class _Side:
         }
 
 
-def _start_store(stack: contextlib.ExitStack) -> str:
-    """A fresh Redis Stack for one side's KV store; returns its URL. The KV is scratch:
-    no append-only file and no snapshots, whose writes would compete for the disk and the
+def _start_store(stack: contextlib.ExitStack) -> EmbeddedRedis:
+    """A fresh Redis Stack for one side's KV store, started. The KV is scratch: no
+    append-only file and no snapshots, whose writes would compete for the disk and the
     CPU."""
     import redis
 
@@ -99,7 +104,7 @@ def _start_store(stack: contextlib.ExitStack) -> str:
         client.config_set("save", "")
     finally:
         client.close()
-    return url
+    return server
 
 
 def _sides(run: SweepRun, stack: contextlib.ExitStack) -> list[_Side]:
@@ -108,10 +113,26 @@ def _sides(run: SweepRun, stack: contextlib.ExitStack) -> list[_Side]:
     sides = []
     for side in run.sides:
         store = _start_store(stack) if side.kv_store else None
-        engines = [ServeProcess(run.engine_args(engine, store)) for engine in side.engines]
+        url = store.url if store is not None else None
+        engines = [ServeProcess(run.engine_args(engine, url)) for engine in side.engines]
         gateway = ServeProcess(run.gateway_args(side, [engine.url for engine in engines]))
-        sides.append(_Side(side, engines, gateway))
+        sides.append(_Side(side, engines, gateway, store))
     return sides
+
+
+def _kill_stores(sides: list[_Side], after: float, stack: contextlib.ExitStack) -> None:
+    """Kills every side's KV store (SIGKILL: a Redis that dies) `after` seconds from now."""
+
+    def kill() -> None:
+        for side in sides:
+            if side.store is not None and side.store.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(side.store.pid, signal.SIGKILL)
+
+    timer = threading.Timer(after, kill)
+    timer.daemon = True
+    timer.start()
+    stack.callback(timer.cancel)
 
 
 def run_sweep(run: SweepRun, options: WorkloadOptions, console: Console) -> SweepResult:
@@ -140,6 +161,8 @@ def run_sweep(run: SweepRun, options: WorkloadOptions, console: Console) -> Swee
             for endpoint in endpoints.values():
                 warm_up(endpoint)
         before = {side.side.label: side.snapshot() for side in sides}
+        if run.kill_store_after is not None:
+            _kill_stores(sides, run.kill_store_after, stack)
         for i, (rate, items) in enumerate(zip(run.rates, slices, strict=True)):
             shape = LoadShape(rate=rate, duration=NO_LIMIT, seed=run.seed + i)
             for label in labels if i % 2 == 0 else labels[::-1]:
