@@ -34,7 +34,7 @@ import redis.exceptions
 import torch
 
 from engine.kv_block_codec import HEADER, KVLayout, check_block, encode_block
-from engine.kv_cache import chain_hash, root_hash
+from engine.kv_cache import prompt_block_hashes
 from engine.kv_connector import KVConnector, KVFinished
 from engine.metrics import KVTransferStats
 from engine.sequence import Sequence
@@ -131,7 +131,7 @@ class RedisKVStore(KVConnector):
         self, seq: Sequence, num_computed_tokens: int
     ) -> tuple[int, bool]:
         bs = self.layout.block_size
-        hashes = self._hashes.get(seq.request_id) or _prompt_hashes(seq, bs)
+        hashes = self._hashes.get(seq.request_id) or prompt_block_hashes(seq, bs)
         self._hashes[seq.request_id] = hashes
         wanted = hashes[num_computed_tokens // bs :]
         last = self._found.get(seq.request_id)
@@ -435,15 +435,3 @@ class RedisKVStore(KVConnector):
             self.breaker.record_timeout()
             self.stats.fail(reason, tokens)
         log.debug("KV store %s failed: %r", what, exc)
-
-
-def _prompt_hashes(seq: Sequence, block_size: int) -> list[bytes]:
-    """The chained hashes of seq's full prompt blocks short of its last token (which is
-    computed for its logits), as the prefix cache names them."""
-    hashes: list[bytes] = []
-    parent = root_hash(seq.cache_salt)
-    tokens = seq.token_ids
-    for i in range((len(tokens) - 1) // block_size):
-        parent = chain_hash(parent, tokens[i * block_size : (i + 1) * block_size])
-        hashes.append(parent)
-    return hashes

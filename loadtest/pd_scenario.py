@@ -32,18 +32,24 @@ ABOUT = (
 # plus the chat template) and its rag prompts (at least rag_tokens[0]), so that exactly
 # the long prompts are prefilled apart.
 PD_MIN_PROMPT_TOKENS = 1024
+# The prefill server's queue the gateway accepts before it prefills a long prompt on the
+# decode server instead. The gateway's default (2) protects TTFT; this scenario is judged
+# by ITL as much, and a long prefill on the decode server stalls every stream there (the
+# first run's 3 such prompts at 0.6 req/s), so a long prompt waits for the prefill server.
+PD_MAX_PREFILL_QUEUE = 4
 # Rates swept, requests per second. On this 2-core machine one engine thread prefills a
 # 3,000-token prompt in about 8 s (docs/loadtest/prefix-cache), so with a quarter of long
 # prompts a single prefill server saturates near 0.5 req/s and the colocated pair near 1;
 # the colocated chat streams meet the long prompts' prefill chunks well below that.
-DEFAULT_RATES = (0.15, 0.3, 0.45, 0.6)
-REQUESTS_PER_RATE = 20  # five long prompts a rate
-# Placeholder SLOs, to be set from a first run: TTFT room for a long prompt's prefill on
-# one thread (plus its transfer); an ITL that a decode step beside long contexts meets
-# (about 36 ms at batch 1 over 2,500 tokens) but a step that carries a 64-token chunk of a
-# long prompt (100-150 ms) does not, so that the colocated pair, whose chat streams wait
-# on its own long prefills, is limited by ITL.
-DEFAULT_SLO = Slo(ttft_ms=15_000, itl_ms=60)
+DEFAULT_RATES = (0.1, 0.2, 0.3, 0.4, 0.5)
+REQUESTS_PER_RATE = 28  # seven long prompts a rate
+# SLOs, set from a first run (0.15-0.6 req/s, 20 requests a rate: docs/loadtest/pd): the
+# colocated chats' per-request mean ITL had a p90 of 44-58 ms at every rate (a decode step
+# that carries a 64-token chunk of a long prompt takes 100-150 ms, one beside long
+# contexts about 36 ms), the P/D decode server's 27-36 ms below its saturation; 40 ms
+# tells them apart. TTFT: a long prompt's prefill on one thread (about 8 s for 3,000
+# tokens) with room for one more queued before it.
+DEFAULT_SLO = Slo(ttft_ms=20_000, itl_ms=40)
 # A mixed workload: a quarter long rag prompts, the rest short ShareGPT chats, short
 # answers (WorkloadOptions fields).
 PD_OPTIONS: dict[str, Any] = {
@@ -103,7 +109,12 @@ PD_SIDES = (
             Engine("prefill", kv_store=True),
             Engine("decode", kv_store=True),
         ),
-        gateway_args=("--pd-min-prompt-tokens", str(PD_MIN_PROMPT_TOKENS)),
+        gateway_args=(
+            "--pd-min-prompt-tokens",
+            str(PD_MIN_PROMPT_TOKENS),
+            "--pd-max-prefill-queue",
+            str(PD_MAX_PREFILL_QUEUE),
+        ),
     ),
     PdSide("colocated", engines=(Engine(), Engine()), gateway_args=("--upstream-policy", "prefix")),
 )
