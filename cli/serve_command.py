@@ -18,13 +18,16 @@ if TYPE_CHECKING:
 def _settings(args: argparse.Namespace) -> Settings:
     from gateway.settings import FLAT_SETTINGS, Settings, parse_pairs
     from gateway.upstream.group_settings import parse_group_settings
-    from gateway.upstream.specs import parse_aliases, parse_upstreams
+    from gateway.upstream.specs import as_prefill, parse_aliases, parse_upstreams
 
     # Flags named like a setting (the engine's too) pass straight through (None: not
     # given); the rest are spelled for the command line.
     given = vars(args)
     direct = {name: given[name] for name in FLAT_SETTINGS if name in given}
     upstreams = parse_upstreams(args.upstream, "--upstream") if args.upstream else {}
+    if specs := args.upstream_prefill_specs:
+        what = "--upstream-prefill"
+        upstreams.update(as_prefill(parse_upstreams(specs, what), what))
     aliases = parse_aliases(args.model_alias, "--model-alias") if args.model_alias else None
     groups = args.upstream_setting_specs
     return Settings.load(
@@ -126,6 +129,37 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         metavar="[MODEL=]URL[,URL...]",
         help="forward misses to these OpenAI-compatible servers instead of a local engine: "
         "their models are discovered, or MODEL= names the one they serve; repeatable",
+    )
+    serve.add_argument(
+        "--upstream-prefill",
+        dest="upstream_prefill_specs",  # parsed into upstream_prefill(_groups)
+        action="append",
+        default=None,
+        metavar="[MODEL=]URL[,URL...]",
+        help="prefill servers (vLLM's P/D protocol) for MODEL's --upstream servers, which "
+        "then decode (without MODEL=: for the upstreams whose models are discovered); "
+        "repeatable",
+    )
+    serve.add_argument(
+        "--pd-min-prompt-tokens",
+        type=int,
+        default=None,
+        help="prefill on a prefill server only prompts whose tokens not cached on the "
+        "decode servers exceed this many (default: 512)",
+    )
+    serve.add_argument(
+        "--pd-max-prefill-queue",
+        type=int,
+        default=None,
+        help="prefill locally while the prefill servers have this many requests queued "
+        "per healthy server, or more (default: 2)",
+    )
+    serve.add_argument(
+        "--pd-prefill-timeout",
+        type=float,
+        default=None,
+        help="seconds a prefill server may take before the decode server prefills the "
+        "prompt itself (default: 60.0, at most --upstream-timeout)",
     )
     serve.add_argument(
         "--model-alias",

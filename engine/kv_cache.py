@@ -60,6 +60,18 @@ def root_hash(cache_salt: str | None) -> bytes:
     return hashlib.sha256(b"semgate:cache-salt:" + salt).digest()
 
 
+def prompt_block_hashes(seq: Sequence, block_size: int) -> list[bytes]:
+    """The chained hashes of seq's full blocks short of its last token (which is computed
+    for its logits): the names find_cached_prefix looks up, all of them."""
+    hashes: list[bytes] = []
+    parent = root_hash(seq.cache_salt)
+    tokens = seq.token_ids
+    for i in range((len(tokens) - 1) // block_size):
+        parent = chain_hash(parent, tokens[i * block_size : (i + 1) * block_size])
+        hashes.append(parent)
+    return hashes
+
+
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool) -> None:
         self.block_size = block_size

@@ -47,6 +47,9 @@ class KVFinished:
 
     loaded: dict[str, int] = field(default_factory=dict)  # request id -> tokens loaded
     released: set[str] = field(default_factory=set)  # requests whose blocks it let go
+    # Of those, the ones whose saves failed: what their kv_transfer_params named is not
+    # in the store, so they answer none (the next server computes the prompt itself).
+    unsaved: set[str] = field(default_factory=set)
 
 
 class KVConnector(ABC):

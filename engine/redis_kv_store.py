@@ -34,7 +34,7 @@ import redis.exceptions
 import torch
 
 from engine.kv_block_codec import HEADER, KVLayout, check_block, encode_block
-from engine.kv_cache import chain_hash, root_hash
+from engine.kv_cache import prompt_block_hashes
 from engine.kv_connector import KVConnector, KVFinished
 from engine.metrics import KVTransferStats
 from engine.sequence import Sequence
@@ -105,6 +105,7 @@ class RedisKVStore(KVConnector):
         self._loading: set[str] = set()
         self._saved_upto: dict[str, int] = {}  # request id -> its blocks saved or skipped
         self._unsaved: dict[str, int] = {}  # request id -> its save jobs in flight
+        self._save_failed: set[str] = set()  # requests a save of which failed
         self._held: set[str] = set()  # finished requests kept until their transfers end
         self._recent: OrderedDict[bytes, None] = OrderedDict()
         self._finished = KVFinished()
@@ -130,7 +131,7 @@ class RedisKVStore(KVConnector):
         self, seq: Sequence, num_computed_tokens: int
     ) -> tuple[int, bool]:
         bs = self.layout.block_size
-        hashes = self._hashes.get(seq.request_id) or _prompt_hashes(seq, bs)
+        hashes = self._hashes.get(seq.request_id) or prompt_block_hashes(seq, bs)
         self._hashes[seq.request_id] = hashes
         wanted = hashes[num_computed_tokens // bs :]
         last = self._found.get(seq.request_id)
@@ -221,6 +222,7 @@ class RedisKVStore(KVConnector):
                 dropped = self._queued_save_bytes + nbytes > MAX_QUEUED_SAVE_BYTES
                 if dropped:
                     self.stats.fail("save_dropped", len(hashes) * self.layout.block_size)
+                    self._save_failed.update(request_ids)
                 else:
                     self._queued_save_bytes += nbytes
                     for rid in request_ids:
@@ -374,6 +376,8 @@ class RedisKVStore(KVConnector):
             self._failed("save", exc, tokens=tokens)
             for block_hash in save.hashes:
                 self._forget(block_hash, in_store=False)
+            with self._lock:
+                self._save_failed.update(save.request_ids)
         else:
             self._succeeded()
             with self._lock:
@@ -395,6 +399,9 @@ class RedisKVStore(KVConnector):
         caller holds the lock)."""
         if rid in self._held and rid not in self._unsaved and rid not in self._loading:
             self._finished.released.add(rid)
+            if rid in self._save_failed:
+                self._save_failed.discard(rid)
+                self._finished.unsaved.add(rid)
 
     def _remember(self, block_hash: bytes) -> None:
         with self._lock:
@@ -428,15 +435,3 @@ class RedisKVStore(KVConnector):
             self.breaker.record_timeout()
             self.stats.fail(reason, tokens)
         log.debug("KV store %s failed: %r", what, exc)
-
-
-def _prompt_hashes(seq: Sequence, block_size: int) -> list[bytes]:
-    """The chained hashes of seq's full prompt blocks short of its last token (which is
-    computed for its logits), as the prefix cache names them."""
-    hashes: list[bytes] = []
-    parent = root_hash(seq.cache_salt)
-    tokens = seq.token_ids
-    for i in range((len(tokens) - 1) // block_size):
-        parent = chain_hash(parent, tokens[i * block_size : (i + 1) * block_size])
-        hashes.append(parent)
-    return hashes

@@ -102,6 +102,8 @@ class Scheduler:
         released = [self.held.pop(rid) for rid in done.released if rid in self.held]
         for seq in released:
             self.block_manager.free_sequence(seq)
+            if seq.request_id in done.unsaved:
+                seq.kv_transfer_params = None
         return released
 
     def schedule(self) -> list[ScheduledSequence]:

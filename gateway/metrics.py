@@ -390,9 +390,20 @@ class GatewayMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.pd_requests = Counter(
+            "semgate_pd_requests",
+            "Requests to decode servers that have prefill servers, by where their prompt was "
+            "prefilled (route: remote, on a prefill server, or local, on the decode server) "
+            "and why (gateway/upstream/disaggregation.py's reasons).",
+            ["model_name", "route", "reason"],
+            registry=self.registry,
+        )
         self.registry.register(
             _LiveCollector(gauges, cache_stats, cache_health, upstream_health, self.passed_through)
         )
+
+    def count_pd(self, model: str, route: str, reason: str) -> None:
+        self.pd_requests.labels(model, route, reason).inc()
 
     def count_refusal(self, reason: str) -> None:
         self.http_refusals.labels(reason).inc()

@@ -27,6 +27,7 @@ from gateway.metrics import CacheHealth, GatewayMetrics
 from gateway.passthrough import PassThrough
 from gateway.settings import Settings
 from gateway.upstream import HttpUpstream, InProcessEngine, ModelRouter, Upstream
+from gateway.upstream.disaggregation import Disaggregated, PdRule
 from resilience.circuit_breaker import CircuitBreaker
 
 log = logging.getLogger("semgate.gateway")
@@ -50,20 +51,39 @@ def build_upstream(settings: Settings, metrics: GatewayMetrics) -> ModelRouter:
             )
         )
 
-    def remote(urls: list[str], model: str | None = None) -> HttpUpstream:
-        group = settings.group(model)
-        return HttpUpstream(
-            urls,
-            timeout=group.timeout,
-            api_key=group.api_key,
-            model=model,
-            balancer=group.balancer,
-            weights=group.weights,
-        )
+    rule = PdRule(settings.pd_min_prompt_tokens, settings.pd_max_prefill_queue)
 
-    targets += [remote(urls, model) for model, urls in settings.upstream_groups.items()]
+    def remote(urls: list[str], prefill: list[str], model: str | None = None) -> Upstream:
+        """The servers of `model` (None: those whose models are discovered); with prefill
+        servers, those decode. Both pools take the group's settings (the weights, one per
+        URL, are the decode servers'; a prefill's time is bounded by pd_prefill_timeout)."""
+        group = settings.group(model)
+
+        def pool(
+            urls: list[str], timeout: float, weights: list[float] | None = None
+        ) -> HttpUpstream:
+            return HttpUpstream(
+                urls,
+                timeout=timeout,
+                api_key=group.api_key,
+                model=model,
+                balancer=group.balancer,
+                weights=weights,
+            )
+
+        decode = pool(urls, group.timeout, group.weights)
+        if not prefill:
+            return decode
+        prefilling = pool(prefill, min(group.timeout, settings.pd_prefill_timeout))
+        return Disaggregated(decode, prefilling, rule, metrics.count_pd)
+
+    prefill = settings.upstream_prefill_groups
+    targets += [
+        remote(urls, prefill.get(model, []), model)
+        for model, urls in settings.upstream_groups.items()
+    ]
     if settings.upstreams:
-        targets.append(remote(settings.upstreams))
+        targets.append(remote(settings.upstreams, settings.upstream_prefill))
     return ModelRouter(targets, settings.model_aliases)
 
 

@@ -33,6 +33,7 @@ from gateway.upstream.group_settings import (
     parse_group_settings,
 )
 from gateway.upstream.specs import (
+    as_prefill,
     check_upstreams,
     parse_aliases,
     parse_upstreams,
@@ -72,6 +73,21 @@ class Settings:
     upstream_api_key: str | None = field(default=None, repr=False)  # sent to the upstreams
     upstream_settings: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     upstream_header: bool = False  # X-Upstream names the server that answered
+    # Prefill servers (vLLM's P/D protocol, gateway/upstream/disaggregation.py): plain URLs
+    # prefill for the servers whose models are discovered, a group's (model -> URLs) for
+    # that model's group, whose servers then decode.
+    upstream_prefill: list[str] = field(default_factory=list)
+    upstream_prefill_groups: dict[str, list[str]] = field(default_factory=dict)
+    # A prompt goes to a prefill server only when its tokens not cached on the decode
+    # servers (as the gateway estimates them) exceed pd_min_prompt_tokens, and the prefill
+    # servers' queue is under pd_max_prefill_queue requests per healthy server. 1024: where
+    # a remote prefill's cost to its own request (the hop, the save, the load) falls to
+    # about a tenth of a local prefill (`semgate bench pd-threshold`, docs/deploy.md).
+    pd_min_prompt_tokens: int = 1024
+    pd_max_prefill_queue: int = 2
+    # Seconds a prefill may take (at most the group's timeout) before the decode server
+    # prefills the prompt itself.
+    pd_prefill_timeout: float = 60.0
     # Cache.
     cache: bool = True
     redis_url: str | None = None
@@ -141,11 +157,36 @@ class Settings:
         self.upstreams, self.upstream_groups = check_upstreams(
             self.upstreams, self.upstream_groups, self.model_aliases
         )
+        self._check_prefill()
         for model in self.upstream_settings:
             if model not in self.upstream_groups:
                 raise ValueError(f"upstream settings for {model!r}, which no upstream group serves")
         for group in [None, *self.upstream_groups]:
             self.group(group)  # checked now, at start
+
+    def _check_prefill(self) -> None:
+        """Prefill servers need decode servers: their model's group, or for plain URLs the
+        servers whose models are discovered."""
+        self.upstream_prefill, self.upstream_prefill_groups = check_upstreams(
+            self.upstream_prefill, self.upstream_prefill_groups, {}
+        )
+        for model in self.upstream_prefill_groups:
+            if model not in self.upstream_groups:
+                raise ValueError(
+                    f"prefill servers for {model!r}, which no upstream group decodes "
+                    f"(give its decode servers: --upstream {model}=URL)"
+                )
+        if self.upstream_prefill and not self.upstreams:
+            raise ValueError(
+                "prefill servers whose models are discovered need decode servers whose models "
+                "are discovered (--upstream URL)"
+            )
+        if self.pd_min_prompt_tokens < 0:
+            raise ValueError("pd_min_prompt_tokens must be >= 0")
+        if self.pd_max_prefill_queue < 1:
+            raise ValueError("pd_max_prefill_queue must be >= 1")
+        if not self.pd_prefill_timeout > 0:
+            raise ValueError("pd_prefill_timeout must be > 0")
 
     def group(self, model: str | None) -> GroupSettings:
         """The settings of `model`'s upstream group (None: the servers whose models are
@@ -239,6 +280,9 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     own = {model: from_config(model, table, what) for model, table in tables.items()}
     if "upstreams" in data:
         data.update(upstreams_from_toml(data.pop("upstreams"), f"config file {path}: upstreams"))
+    if "upstream_prefill" in data:
+        what = f"config file {path}: upstream_prefill"
+        data.update(as_prefill(upstreams_from_toml(data.pop("upstream_prefill"), what), what))
     if own:
         data["upstream_settings"] = merged([data.get("upstream_settings"), own])
     # The engine's settings in an [engine] table, or flat at the top level (as before
@@ -299,6 +343,9 @@ def _from_env(env: Any) -> dict[str, Any]:
         out["admin_key"] = ""
     if env.get("SEMGATE_UPSTREAMS"):
         out.update(parse_upstreams([env["SEMGATE_UPSTREAMS"]], "SEMGATE_UPSTREAMS"))
+    if env.get("SEMGATE_UPSTREAM_PREFILL"):
+        what = "SEMGATE_UPSTREAM_PREFILL"
+        out.update(as_prefill(parse_upstreams([env[what]], what), what))
     if env.get("SEMGATE_UPSTREAM_SETTINGS"):
         out["upstream_settings"] = parse_group_settings(
             [env["SEMGATE_UPSTREAM_SETTINGS"]], "SEMGATE_UPSTREAM_SETTINGS"

@@ -60,7 +60,7 @@ class ScenarioRun:
         return line
 
 
-def _warm_up(endpoint: Endpoint) -> None:
+def warm_up(endpoint: Endpoint) -> None:
     """One short request, so the first measured one pays no first-call costs; not cached,
     so the cache starts the run empty."""
     item = WorkItem([{"role": "user", "content": "Say hi."}], 8, exact_length=False, kind="warm-up")
@@ -161,7 +161,7 @@ def run_scenario(
             stack.enter_context(serving(*(e for side in engines.values() for e in side)))
             stack.enter_context(serving(*servers))
             for endpoint in endpoints.values():
-                _warm_up(endpoint)
+                warm_up(endpoint)
         before = _snapshots(gateways, engines)
         runs, elapsed = _drive(run, items, shape, endpoints, console)
         after = _snapshots(gateways, engines)

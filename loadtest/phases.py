@@ -12,8 +12,16 @@ import numpy as np
 from loadtest.record import RequestRecord
 
 # The parts of TTFT, in the order the report and the chart show them, with their labels.
-TTFT_PARTS = ("queue", "prefill", "cache", "other")
-PART_LABELS = {"queue": "queue", "prefill": "prefill", "cache": "cache lookup", "other": "other"}
+# `pd-prefill` is a prompt's prefill on a prefill server, before its decode server's own
+# queue and `prefill` (there, loading that KV): gateway/upstream/disaggregation.py.
+TTFT_PARTS = ("queue", "pd-prefill", "prefill", "cache", "other")
+PART_LABELS = {
+    "queue": "queue",
+    "pd-prefill": "remote prefill",
+    "prefill": "prefill",
+    "cache": "cache lookup",
+    "other": "other",
+}
 # Requests whose TTFT ranks within this many percentile points of p50 make up its group.
 P50_WINDOW = 5.0
 # A stall is a gap of at least STALL_FACTOR times the run's median gap: with chunked
@@ -22,6 +30,7 @@ P50_WINDOW = 5.0
 STALL_FACTOR = 4.0
 # Diagnosis thresholds (see diagnose).
 QUEUE_BOUND = 0.5
+PD_PREFILL_BOUND = 0.5
 # Stalls matter when what they add over the median gap is this share of all the time
 # between tokens: then the streams wait on prefills more than on their own decode.
 STALL_TIME_BOUND = 0.2
@@ -36,8 +45,8 @@ def _ms(record: RequestRecord, name: str) -> float:
 
 
 def ttft_parts(record: RequestRecord) -> dict[str, float]:
-    """A request's TTFT split into seconds of queue, prefill, cache lookup (embedding
-    included) and other (network, gateway, tokenization: TTFT minus the rest, floored
+    """A request's TTFT split into seconds of queue, remote prefill, prefill, cache lookup
+    (embedding included) and other (network, gateway, tokenization: TTFT minus the rest, floored
     at 0). The server's phases are durations, not a partition (an engine request started
     early runs while the cache is asked), so they may add up to more than TTFT; then
     `other` is 0 and the parts' sum, not TTFT, is the whole they are shares of."""
@@ -132,7 +141,8 @@ def share_of_e2e(records: list[RequestRecord], phase: str) -> float | None:
 
 
 def _engine_diagnosis(phases: dict[str, Any]) -> str:
-    """The first rule that holds: p99 TTFT more than half queueing; stalls adding more
+    """The first rule that holds: p99 TTFT more than half queueing; more than half remote
+    prefill (on prefill servers; absent from summaries before it); stalls adding more
     than STALL_TIME_BOUND of the inter-token time, more than half of them during another
     request's prefill; p99 TTFT more than a fifth cache lookup; prefill a larger share of e2e than
     decode, and over PREFILL_BOUND; decode more than half of e2e; else none."""
@@ -141,6 +151,11 @@ def _engine_diagnosis(phases: dict[str, Any]) -> str:
     prefill, decode = phases["prefill_share_of_e2e"], phases["decode_share_of_e2e"]
     if p99["queue"] > QUEUE_BOUND:
         return f"p99 TTFT is {p99['queue']:.0%} queueing: add capacity or lower max_num_seqs"
+    if (remote := p99.get("pd-prefill", 0.0)) > PD_PREFILL_BOUND:
+        return (
+            f"p99 TTFT is {remote:.0%} remote prefill: add prefill servers, or raise "
+            "--pd-min-prompt-tokens so that shorter prompts prefill on the decode servers"
+        )
     n, lost = stalls["stalls"], stalls["time_share"]
     if lost > STALL_TIME_BOUND and stalls["during_prefill"] > PREFILL_STALL_BOUND * n:
         return (

@@ -1,7 +1,8 @@
 """The engine servers behind a scenario side's gateway, from /metrics scraped before and
 after the measured rounds: how many requests the gateway sent each (and why: its
 `semgate_upstream_requests_total`), and the prefix-cache hit rate each reports (its own
-`semgate_prefix_cache_hits_total` over `_queries_total`, prompt tokens)."""
+`semgate_prefix_cache_hits_total` over `_queries_total`, prompt tokens); and for the pd
+scenario what any chosen counters gained."""
 
 from __future__ import annotations
 
@@ -87,3 +88,21 @@ def table(sides: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
+
+
+def counters(url: str, prefixes: tuple[str, ...]) -> dict[str, float]:
+    """The server's counters, histogram sums and counts whose names start with one of
+    `prefixes`, by `name{label="value",...}`."""
+    out: dict[str, float] = {}
+    for sample in _samples(url):
+        if sample.name.startswith(prefixes) and sample.name.endswith(("_total", "_sum", "_count")):
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return out
+
+
+def counters_between(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What each of `after`'s counters gained since `before` (a new one: all of it); those
+    that did not move are left out."""
+    moved = {name: value - before.get(name, 0.0) for name, value in after.items()}
+    return {name: gain for name, gain in sorted(moved.items()) if gain}

@@ -13,14 +13,15 @@ PACKAGES = ("resilience", "engine", "cache", "gateway", "loadtest", "bench", "cl
 # Who may import whom. resilience (what the cache and the KV store share) is below the
 # ground floor; engine and cache are the ground floor; the gateway serves on
 # them; the load generator talks HTTP (it reads workloads and report helpers from
-# bench and sizes prompts with the engine's tokenizer); cli is the composition root.
+# bench, sizes prompts with the engine's tokenizer, and starts the servers it measures:
+# `semgate serve` processes, and the Redis of a KV store); cli is the composition root.
 ALLOWED = {
     "resilience": set(),
     "engine": {"resilience"},
     "cache": {"resilience"},
     "gateway": {"engine", "cache", "resilience"},
     "bench": {"engine", "cache", "gateway"},
-    "loadtest": {"engine", "gateway", "bench"},
+    "loadtest": {"engine", "cache", "gateway", "bench"},
     "cli": {"engine", "cache", "gateway", "bench", "loadtest"},
 }
 

@@ -22,6 +22,7 @@ class UpstreamView(msgspec.Struct):
     waiting: int | None
     requests: dict[str, int]  # sent to it since the start, by why the balancer chose it
     prefix_blocks: int  # prompt-start blocks the balancer remembers it was sent
+    role: str  # prefill, decode (its model's prompts are prefilled apart), or both
 
 
 @get(

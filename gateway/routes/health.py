@@ -32,6 +32,9 @@ class UpstreamView(msgspec.Struct, omit_defaults=True):
     name: str  # a remote server's base URL, or "in-process"
     up: bool
     detail: str | None = None  # why it is not used, while it is down
+    # "prefill" or "decode" where a model's prompts are prefilled apart; absent ("both")
+    # for servers that run whole requests.
+    role: str = "both"
 
 
 class ReadyView(msgspec.Struct, omit_defaults=True):
@@ -48,13 +51,14 @@ class ReadyView(msgspec.Struct, omit_defaults=True):
     "server is not shutting down), else 503",
     description='The cache\'s state is in the body: "cache" is "up", "down" (starting, '
     "Redis down, or Redis hanging and skipped by the circuit breaker: chat is answered "
-    'uncached; "cache_detail" says why) or "off". With upstreams, each one\'s state, and '
-    "why one that is down is not used; the 503 says it too.",
+    'uncached; "cache_detail" says why) or "off". With upstreams, each one\'s state, '
+    "why one that is down is not used (the 503 says it too), and its role where a model's "
+    'prompts are prefilled apart: "prefill" or "decode".',
     tags=["ops"],
     responses=error_responses(503),
 )
 async def ready(runtime: Runtime) -> ReadyView:
-    upstreams = [UpstreamView(h.name, h.up, h.detail) for h in runtime.upstream.health()]
+    upstreams = [UpstreamView(h.name, h.up, h.detail, h.role) for h in runtime.upstream.health()]
     try:
         runtime.check_ready()
     except APIError as exc:  # and why each upstream is not used

@@ -127,6 +127,9 @@ class UpstreamHealth:
     prefix_blocks: int = 0
     models: tuple[str, ...] = ()  # what it serves (its group's model, or those it lists)
     policy: str | None = None  # its group's routing policy; None for the in-process engine
+    # What it is sent (gateway/upstream/disaggregation.py): "prefill" (the prompts its
+    # model's decode servers have prefilled elsewhere), "decode", or "both" (whole requests).
+    role: str = "both"
 
 
 class UpstreamError(APIError):

@@ -225,8 +225,7 @@ class HttpUpstream:
         `session`), with `request_id` as its X-Request-Id. Returns the server's base URL
         and the response with its head read and its body not: the caller reads and closes
         it."""
-        salt, user = _str_or_none(body.get("cache_salt")), _str_or_none(body.get("user"))
-        key = self.balancer.key(model, _body_prompt(body), salt, session or user)
+        key = self.key_of(model, body, session)
         server, resp = await self._open(model, body, request_id, set(), [], key, path)
         resp.stream = _Released(resp.stream, server.backend)  # in flight until closed
         return server.base, resp
@@ -292,15 +291,27 @@ class HttpUpstream:
         """The balancer's choice among the healthy, untried servers that serve `model` (a
         model nobody serves was refused with a 404 before it got here: the model router's,
         gateway/upstream/model_router.py)."""
-        candidates = {
-            s.base: s
-            for s in self._servers
-            if s.healthy and s.base not in tried and (self.model == model or model in s.models)
-        }
+        candidates = {s.base: s for s in self._serving(model) if s.base not in tried}
         if not candidates:
             return None
         backends = [s.backend for s in candidates.values()]
         return candidates[self.balancer.choose(backends, key, retry=bool(tried)).name]
+
+    def _serving(self, model: str) -> list[RemoteServer]:
+        """The healthy servers that serve `model`."""
+        return [
+            s for s in self._servers if s.healthy and (self.model == model or model in s.models)
+        ]
+
+    def backends(self, model: str) -> list[Backend]:
+        """The healthy servers that serve `model`, as the balancer sees them."""
+        return [s.backend for s in self._serving(model)]
+
+    def key_of(self, model: str, body: Mapping[str, Any], session: str | None) -> BalancerKey:
+        """What a forwarded `body` is balanced by: its prompt, its prefix-cache salt, and
+        `session`, else its `user`."""
+        salt, user = _str_or_none(body.get("cache_salt")), _str_or_none(body.get("user"))
+        return self.balancer.key(model, body_prompt(body), salt, session or user)
 
     def _mark_down(self, server: RemoteServer, reason: str) -> None:
         if server.healthy:
@@ -365,7 +376,7 @@ class _Released(httpx.AsyncByteStream):
                 self._backend = None
 
 
-def _body_prompt(body: Mapping[str, Any]) -> str | None:
+def body_prompt(body: Mapping[str, Any]) -> str | None:
     """What a forwarded body's prompt starts with: its chat messages, or its text
     completion's prompt (none for embeddings)."""
     if isinstance(messages := body.get("messages"), list):

@@ -9,6 +9,11 @@ of specs or an `[upstreams]` table of MODEL = URL or [URL, ...], or of `[upstrea
 tables of `urls` and the group's own settings (gateway/upstream/group_settings.py). A spec
 is a group when an `=` comes before any `://` (every URL has a scheme), so plain URL lists
 parse as before. An alias is `PUBLIC=MODEL`: clients ask for PUBLIC, MODEL answers.
+
+Prefill servers (`--upstream-prefill`, SEMGATE_UPSTREAM_PREFILL, the config file's
+`upstream_prefill`) are spelled as upstreams are: a group's prefill servers pair with that
+model's group, plain URLs with the servers whose models are discovered
+(gateway/upstream/disaggregation.py).
 """
 
 from __future__ import annotations
@@ -59,6 +64,18 @@ def parse_upstreams(specs: Iterable[str], what: str) -> dict[str, Any]:
         else:
             plain.extend(_urls(spec, what))
     return {"upstreams": plain, "upstream_groups": groups}
+
+
+def as_prefill(parsed: dict[str, Any], what: str) -> dict[str, Any]:
+    """`parse_upstreams`' (or `upstreams_from_toml`'s) answer as the settings of prefill
+    servers: `upstream_prefill` (plain URLs) and `upstream_prefill_groups`. They take the
+    settings of the upstreams they prefill for, none of their own."""
+    if parsed.get("upstream_settings"):
+        raise ValueError(f"{what}: prefill servers take their model's upstream group settings")
+    return {
+        "upstream_prefill": parsed["upstreams"],
+        "upstream_prefill_groups": parsed["upstream_groups"],
+    }
 
 
 def upstreams_from_toml(value: object, what: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from cache.redis_server import EmbeddedRedis
 from engine import AsyncLLM, SamplingParams
 from engine.config import EngineConfig
 from engine.kv_block_codec import HEADER, KVLayout, check_block, encode_block
-from engine.kv_cache import chain_hash, root_hash
+from engine.kv_cache import prompt_block_hashes
 from engine.llm import LLM
 from engine.loaded_model import LoadedModel
 from engine.outputs import RequestOutput
@@ -135,15 +135,12 @@ def test_a_damaged_value_is_recomputed_never_loaded(
 
 
 def block_keys(llm: LLM) -> list[bytes]:
-    """The store's keys of PROMPT's full blocks, in prompt order, as llm names them."""
+    """The store's keys of PROMPT's full blocks short of its last token, in prompt order,
+    as llm names them."""
     connector = llm.engine.kv_connector
     assert isinstance(connector, RedisKVStore)
-    tokens = llm.engine.make_sequence(PROMPT, GREEDY).token_ids
-    parent, keys = root_hash(None), []
-    for i in range(len(tokens) // 16):
-        parent = chain_hash(parent, tokens[i * 16 : (i + 1) * 16])
-        keys.append(connector.key(parent))
-    return keys
+    seq = llm.engine.make_sequence(PROMPT, GREEDY)
+    return [connector.key(h) for h in prompt_block_hashes(seq, 16)]
 
 
 def test_a_store_that_is_down_costs_only_time(engine: Callable[..., LLM]) -> None:
@@ -156,6 +153,9 @@ def test_a_store_that_is_down_costs_only_time(engine: Callable[..., LLM]) -> Non
     assert all(o.token_ids == expected.token_ids for o in outs)
     stats = down.engine.get_stats().kv_transfer
     assert stats is not None and stats.failures.get("unavailable", 0) > 0
+    # A prefill whose saves failed names nothing for a decode server to load.
+    prefill = engine(kv_store=f"redis://127.0.0.1:{port}/0", kv_role="prefill")
+    assert answer(prefill, salt="fresh", do_remote_decode=True).kv_transfer_params is None
 
 
 def test_a_hung_store_costs_a_short_timeout_then_is_skipped(engine: Callable[..., LLM]) -> None:

@@ -10,12 +10,18 @@ vLLM refuses it (`VLLM_TOO_LONG`) or llama-server (`LLAMA_TOO_LONG`). Chat answe
 the model they were sent; /v1/models lists the fake's `models`. With `llama`, it answers
 as llama.cpp's llama-server does: /health and /ready say `{"status": "ok"}`, answers
 name its GGUF file (`GGUF`), and a stream's last chunk has llama-server's `timings`
-(`LLAMA_TIMINGS`) and no Server-Timing header."""
+(`LLAMA_TIMINGS`) and no Server-Timing header. With `prefill`, it answers as a vLLM
+prefill server (a KV connector's): a request whose `kv_transfer_params` ask
+`do_remote_decode` gets `PREFILL_PARAMS` in its JSON answer. While `failing` holds a
+status, every POST gets it with an OpenAI error, and each is answered `delay` seconds
+late; while `waiting` holds a count, /metrics exports it as vLLM's waiting requests (else
+/metrics is a 404, and the gateway asks no more)."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,6 +35,12 @@ SERVER_TIMING = "queue;dur=1.5, prefill;dur=2.5, decode;dur=3.5"
 COMPLETION = " Paris, of course."  # every text completion's
 EMBEDDING = [0.6, 0.8]  # every embedding's
 ERROR = {"message": "I'm a teapot", "type": "invalid_request_error", "param": None, "code": "x"}
+# What vLLM's NixlConnector answers a prefill for a decode server elsewhere.
+PREFILL_PARAMS = {
+    "do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "fake-prefill",
+    "remote_block_ids": [1, 2, 3], "remote_host": "127.0.0.1", "remote_port": 5600,
+    "tp_size": 1,
+}  # fmt: skip
 GGUF = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 TOO_LONG = "x-too-long"
 LLAMA_TOO_LONG = {"code": 400, "message": "the request exceeds the available context size, try "
@@ -137,9 +149,15 @@ def _text_completions(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
 class FakeUpstream:
     """Serves on a free loopback port while entered; `bodies` holds each body posted."""
 
-    def __init__(self, models: tuple[str, ...] = (MODEL,), llama: bool = False) -> None:
+    def __init__(
+        self, models: tuple[str, ...] = (MODEL,), llama: bool = False, prefill: bool = False
+    ) -> None:
         self.models = models
         self.llama = llama
+        self.prefill = prefill
+        self.failing: int | None = None
+        self.delay = 0.0
+        self.waiting: int | None = None
         self.bodies: list[dict[str, Any]] = []
         self.request_ids: list[str | None] = []
         self.port = free_port()
@@ -183,22 +201,36 @@ class FakeUpstream:
                 elif self.path == "/v1/models":
                     data = [{"id": model, "object": "model"} for model in fake.models]
                     self._send(200, {"object": "list", "data": data})
-                else:  # no /ready nor /metrics: the gateway asks /health and /v1/models
+                elif self.path == "/metrics" and fake.waiting is not None:
+                    data = f'vllm:num_requests_waiting{{model_name="{MODEL}"}} {fake.waiting}\n'
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data.encode())
+                else:  # no /ready: the gateway asks /health and /v1/models
                     self._send(404, {"error": ERROR})
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.bodies.append(body)
                 fake.request_ids.append(self.headers.get("X-Request-Id"))
+                time.sleep(fake.delay)
                 answered = GGUF if fake.llama else body["model"]
-                if "x_drop" in body:
+                asked = body.get("kv_transfer_params") or {}
+                transfer = {}
+                if fake.prefill and asked.get("do_remote_decode"):
+                    transfer = {"kv_transfer_params": PREFILL_PARAMS}
+                if fake.failing is not None:
+                    self._send(fake.failing, {"error": ERROR})
+                elif "x_drop" in body:
                     self.close_connection = True
                 elif "x_status" in body:
                     self._send(body["x_status"], {"error": ERROR}, Retry_After="7")
                 elif TOO_LONG in json.dumps([body.get(f) for f in ("messages", "prompt", "input")]):
                     self._send(400, {"error": LLAMA_TOO_LONG if fake.llama else VLLM_TOO_LONG})
                 elif self.path == "/v1/completions":
-                    self._stream(_text_completions(body), bool(body.get("stream")))
+                    self._stream(_text_completions(body), bool(body.get("stream")), transfer)
                 elif self.path == "/v1/embeddings":
                     inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
                     data = [{"object": "embedding", "embedding": EMBEDDING, "index": i}
@@ -207,7 +239,7 @@ class FakeUpstream:
                     answer = {"object": "list", "data": data, "model": body["model"]}
                     self._send(200, {**answer, "usage": usage})
                 elif not body.get("stream"):
-                    answer = {**_completion(body), "model": answered}
+                    answer = {**_completion(body), "model": answered, **transfer}
                     self._send(
                         200, answer, **({} if fake.llama else {"Server_Timing": SERVER_TIMING})
                     )
@@ -226,9 +258,11 @@ class FakeUpstream:
                         self.wfile.flush()
                     self.wfile.write(b"data: [DONE]\n\n")
 
-            def _stream(self, events: Iterator[dict[str, Any]], stream: bool) -> None:
+            def _stream(
+                self, events: Iterator[dict[str, Any]], stream: bool, transfer: dict[str, Any]
+            ) -> None:
                 if not stream:
-                    self._send(200, next(events))
+                    self._send(200, {**next(events), **transfer})
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")

@@ -45,7 +45,8 @@ def test_docker_compose_config_is_valid(files: list[Path]) -> None:
 def test_compose_wires_the_three_roles_and_a_scale_out_profile() -> None:
     yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
     services = yaml.safe_load(COMPOSE.read_text())["services"]
-    assert set(services) == {"redis", "engine", "engine-2", "gateway"}
+    pd = {"kv-store", "engine-prefill", "engine-decode", "gateway-pd"}  # the pd profile's
+    assert set(services) == {"redis", "engine", "engine-2", "gateway", *pd}
     for name, service in services.items():
         assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
 
@@ -70,9 +71,38 @@ def test_compose_wires_the_three_roles_and_a_scale_out_profile() -> None:
     assert "8000:8000" in gateway["ports"]
 
 
+def test_compose_pd_profile_wires_a_prefill_and_a_decode_engine_over_their_kv_store() -> None:
+    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    in_pd = {name for name, service in services.items() if service.get("profiles") == ["pd"]}
+    assert in_pd == {"kv-store", "engine-prefill", "engine-decode", "gateway-pd"}
+
+    store = services["kv-store"]["command"]
+    assert store[store.index("--maxmemory-policy") + 1] == "allkeys-lru"
+    assert "--maxmemory" in store
+    for role in ("prefill", "decode"):
+        engine = services[f"engine-{role}"]
+        command = engine["command"]
+        assert "--no-cache" in command
+        assert command[command.index("--kv-role") + 1] == role
+        assert command[command.index("--kv-store") + 1] == "redis://kv-store:6379/0"
+        assert engine["depends_on"] == {"kv-store": {"condition": "service_healthy"}}
+
+    gateway = services["gateway-pd"]
+    command = gateway["command"]
+    assert command[command.index("--upstream") + 1] == "http://engine-decode:8000"
+    assert command[command.index("--upstream-prefill") + 1] == "http://engine-prefill:8000"
+    assert gateway["depends_on"] == {
+        name: {"condition": "service_healthy"}
+        for name in ("redis", "engine-prefill", "engine-decode")
+    }
+    assert gateway["environment"]["REDIS_URL"] == services["gateway"]["environment"]["REDIS_URL"]
+    assert "8001:8000" in gateway["ports"]
+
+
 def test_gpu_override_reserves_a_gpu_for_every_engine_only() -> None:
     """Every engine server of the base file (`serve --no-cache`: engine-2 of the scale-out
-    profile too, which it left on the CPU) and nothing else."""
+    profile, which it left on the CPU, and the pd profile's) and nothing else."""
     yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
     base = yaml.safe_load(COMPOSE.read_text())["services"]
     engines = {name for name, s in base.items() if "--no-cache" in s.get("command", [])}

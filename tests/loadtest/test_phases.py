@@ -44,21 +44,30 @@ def test_server_timing_header_as_the_load_generator_reads_it() -> None:
     assert parse("miss") == {} and parse("") == {}
 
 
-def test_ttft_split_into_queue_prefill_cache_and_other() -> None:
+def test_ttft_split_into_queue_prefills_cache_and_other() -> None:
     record = _record(0, 1.0, {"cache": 100, "embed": 40, "queue": 500, "prefill": 200})
     parts = ttft_parts(record)
-    assert parts == pytest.approx({"queue": 0.5, "prefill": 0.2, "cache": 0.1, "other": 0.2})
+    assert parts == pytest.approx(
+        {"queue": 0.5, "pd-prefill": 0, "prefill": 0.2, "cache": 0.1, "other": 0.2}
+    )
+    # Prefilled on a prefill server (gateway/upstream/disaggregation.py), then decoded.
+    apart = _record(3, 1.0, {"pd-prefill": 600, "queue": 100, "prefill": 50})
+    assert ttft_parts(apart) == pytest.approx(
+        {"queue": 0.1, "pd-prefill": 0.6, "prefill": 0.05, "cache": 0, "other": 0.25}
+    )
     # Phases that overlap (an engine started early) add up past TTFT: no negative other.
     early = _record(1, 0.5, {"cache": 100, "queue": 300, "prefill": 300})
     assert ttft_parts(early)["other"] == 0
     shares = ttft_shares([early])
-    assert shares == pytest.approx({"queue": 3 / 7, "prefill": 3 / 7, "cache": 1 / 7, "other": 0})
+    assert shares == pytest.approx(
+        {"queue": 3 / 7, "pd-prefill": 0, "prefill": 3 / 7, "cache": 1 / 7, "other": 0}
+    )
     both = ttft_shares([record, early])
     assert sum(both.values()) == pytest.approx(1.0)
     assert both["queue"] == pytest.approx(0.8 / 1.7)  # summed seconds, not mean shares
     hit = _record(2, 0.05, {"cache": 20, "embed": 10})
     assert ttft_shares([hit]) == pytest.approx(
-        {"queue": 0, "prefill": 0, "cache": 0.4, "other": 0.6}
+        {"queue": 0, "pd-prefill": 0, "prefill": 0, "cache": 0.4, "other": 0.6}
     )
 
 
@@ -126,6 +135,9 @@ def test_diagnosis_rules_in_order() -> None:
     assert diagnose(_phases(0.71, 0.0, 0.9, 0.9)) == (
         "p99 TTFT is 71% queueing: add capacity or lower max_num_seqs"
     )
+    remote = _phases(0.1, 0.0, 0.6, 0.9)
+    remote["ttft"]["p99"]["shares"].update({"pd-prefill": 0.6, "other": 0.3})
+    assert diagnose(remote).startswith("p99 TTFT is 60% remote prefill: add prefill servers")
     assert "enable chunked prefill" in diagnose(_phases(0.3, 0.5, 0.6, 0.9))
     assert "cache lookup" in diagnose(_phases(0.3, 0.5, 0.4, 0.9))
     assert diagnose(_phases(0.3, 0.1, 0.2, 0.3, prefill=0.6)).startswith("prefill-bound (60%")
