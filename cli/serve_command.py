@@ -145,7 +145,7 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         help="prefill on a prefill server only prompts whose tokens not cached on the "
-        "decode servers exceed this many (default: 512)",
+        "decode servers exceed this many (default: 1024)",
     )
     serve.add_argument(
         "--pd-max-prefill-queue",
