@@ -54,6 +54,7 @@ def test_policy_bypasses_and_store_rules():
         ({"top_k": 40}, "top_k"),
         ({"repetition_penalty": 1.1}, "repetition_penalty"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "non_text_content"),
+        ({"kv_transfer_params": {"do_remote_decode": True}}, "kv_transfer_params"),
         # The first that applies is the reason.
         ({"top_k": 40, "tools": [{}]}, "tools"),
     ],

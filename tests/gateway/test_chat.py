@@ -230,3 +230,20 @@ def test_a_hit_aborts_the_engine_request_started_early(alice: openai.OpenAI, gat
     assert metric(gateway, "semgate_num_requests_waiting") == 0
     assert metric(gateway, "semgate_kv_cache_usage_perc") == 0
     assert metric(gateway, aborted) == before + 3  # each hit had started the engine
+
+
+def test_a_prefill_request_is_answered_uncached_with_no_transfer_without_a_store(
+    gateway: Server,
+):
+    """vLLM's P/D protocol on the session's gateway, whose engine has no KV store: the
+    request runs (never from the cache), and its answer names no transfer."""
+    body = chat_body("What is the capital of Spain?", max_tokens=1)
+    body["kv_transfer_params"] = {"do_remote_decode": True}
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions", json=body, headers=headers, timeout=60
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["x-cache-status"] == "Bypass"
+    assert response.headers["x-cache-bypass-reason"] == "kv_transfer_params"
+    assert "kv_transfer_params" not in response.json()
