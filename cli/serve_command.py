@@ -162,6 +162,13 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         "prompt itself (default: 60.0, at most --upstream-timeout)",
     )
     serve.add_argument(
+        "--pd-failure-backoff",
+        type=float,
+        default=None,
+        help="seconds every prompt is prefilled locally after a remote prefill failed or "
+        "answered without kv_transfer_params; 0: none (default: 10.0)",
+    )
+    serve.add_argument(
         "--model-alias",
         action="append",
         default=None,

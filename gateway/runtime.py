@@ -51,7 +51,9 @@ def build_upstream(settings: Settings, metrics: GatewayMetrics) -> ModelRouter:
             )
         )
 
-    rule = PdRule(settings.pd_min_prompt_tokens, settings.pd_max_prefill_queue)
+    rule = PdRule(
+        settings.pd_min_prompt_tokens, settings.pd_max_prefill_queue, settings.pd_failure_backoff
+    )
 
     def remote(urls: list[str], prefill: list[str], model: str | None = None) -> Upstream:
         """The servers of `model` (None: those whose models are discovered); with prefill

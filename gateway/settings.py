@@ -88,6 +88,10 @@ class Settings:
     # Seconds a prefill may take (at most the group's timeout) before the decode server
     # prefills the prompt itself.
     pd_prefill_timeout: float = 60.0
+    # Seconds without remote prefills after one failed or came back without
+    # kv_transfer_params (a prefill server whose KV store is down computes each prompt only
+    # for the decode server to compute it again); 0: every request tries.
+    pd_failure_backoff: float = 10.0
     # Cache.
     cache: bool = True
     redis_url: str | None = None
@@ -187,6 +191,8 @@ class Settings:
             raise ValueError("pd_max_prefill_queue must be >= 1")
         if not self.pd_prefill_timeout > 0:
             raise ValueError("pd_prefill_timeout must be > 0")
+        if not self.pd_failure_backoff >= 0:
+            raise ValueError("pd_failure_backoff must be >= 0")
 
     def group(self, model: str | None) -> GroupSettings:
         """The settings of `model`'s upstream group (None: the servers whose models are

@@ -9,8 +9,9 @@ server as vLLM's proxy sends it (`max_tokens: 1`, not streamed, `kv_transfer_par
 {"do_remote_decode": true, ...}`); the request then goes to the decode servers carrying
 the `kv_transfer_params` of that answer, and the decode server loads the prompt's KV
 instead of computing it. Anything else (a short prompt, a prefill pool busy or down, a
-prefill that fails or answers without the params) sends the request unchanged: its decode
-server prefills it itself. A prefill never fails a request: it is logged and counted."""
+prefill that fails or answers without the params, and any request for failure_backoff
+seconds after such a prefill) sends the request unchanged: its decode server prefills it
+itself. A prefill never fails a request: it is logged and counted."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ REASONS = {
     "prefill_down": "local",  # no healthy prefill server serves its model
     "prefill_failed": "local",  # the prefill server failed, timed out or refused it
     "no_params": "local",  # the prefill server answered without kv_transfer_params
+    "prefill_backoff": "local",  # a remote prefill failed within pd_failure_backoff
     "client_params": "local",  # the client sent kv_transfer_params of its own
 }
 
@@ -77,6 +79,7 @@ CountDecision = Callable[[str, str, str], None]
 class PdRule:
     min_prompt_tokens: int = 1024  # gateway/settings.py says why
     max_prefill_queue: int = 2  # per healthy prefill server
+    failure_backoff: float = 10.0  # seconds of local prefills after a failed remote one
 
 
 def prefill_body(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,6 +133,7 @@ class Disaggregated:
         self.prefill = prefill
         self.rule = rule
         self._count = count
+        self._backoff_until = 0.0  # time.monotonic(): no remote prefill before it
 
     async def start(self) -> None:
         await asyncio.gather(self.decode.start(), self.prefill.start())
@@ -176,8 +180,8 @@ class Disaggregated:
         """Why `body` is prefilled where it is (a key of REASONS): remotely only when its
         tokens not cached on the decode servers (the longest start of it the decode pool's
         prefix table holds for any of its healthy servers: where prefix routing sends it)
-        exceed min_prompt_tokens and the prefill servers' queue is under max_prefill_queue
-        per healthy server."""
+        exceed min_prompt_tokens, the prefill servers' queue is under max_prefill_queue
+        per healthy server, and no remote prefill failed in the last failure_backoff s."""
         if body.get("kv_transfer_params") is not None:
             return "client_params"  # the client runs the protocol itself
         key = self.decode.key_of(model, body, session)
@@ -188,6 +192,8 @@ class Disaggregated:
         prefill = self.prefill.backends(model)
         if not prefill:
             return "prefill_down"
+        if time.monotonic() < self._backoff_until:
+            return "prefill_backoff"
         if queue_of(prefill) >= self.rule.max_prefill_queue * len(prefill):
             return "prefill_busy"
         return REMOTE
@@ -204,6 +210,8 @@ class Disaggregated:
             began = time.perf_counter()
             params, reason = await self._ask_prefill(model, body, request_id, path, session)
             took = (time.perf_counter() - began) * 1000
+            if params is None:  # its KV store may be down: each would be computed twice
+                self._backoff_until = time.monotonic() + self.rule.failure_backoff
         self._count(model, REASONS[reason], reason)
         return params, took
 

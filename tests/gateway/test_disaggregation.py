@@ -56,6 +56,7 @@ def pd_flags(decode: str, prefill: str) -> list[str]:
         "--no-cache", "--admin-key", ADMIN,
         "--upstream", f"{MODEL}={decode}", "--upstream-prefill", f"{MODEL}={prefill}",
         "--pd-min-prompt-tokens", str(MIN_TOKENS), "--pd-prefill-timeout", "1",
+        "--pd-failure-backoff", "0",  # each test's prefill fault is its own
     ]  # fmt: skip
 
 
@@ -207,6 +208,29 @@ def test_a_failing_prefill_server_means_a_local_prefill(
     assert "kv_transfer_params" not in decode.bodies[-1]
     assert answer.json()["choices"][0]["message"]["content"].startswith("Answer 0")
     assert decisions(front, "local", reason) == local + 1
+
+
+def test_after_a_prefill_without_params_the_next_prompts_prefill_locally_for_a_while(
+    decode: FakeUpstream, prefill: FakeUpstream
+):
+    """A prefill server that answers without kv_transfer_params (its KV store is down) is
+    not asked again for --pd-failure-backoff seconds: a prompt it cannot hand over would
+    be computed twice."""
+    flags = [*pd_flags(decode.url, prefill.url)[:-2], "--pd-failure-backoff", "60"]
+    with serving(Server(flags)) as [server]:
+        until("both pools are up", lambda: all_up(server))
+        prefill.prefill = False
+        try:
+            asked = len(prefill.bodies)
+            for part in (1, 2):
+                body = {"model": MODEL, "messages": rag(f"What does part b{part} do?")}
+                post(server, {**body, "max_tokens": 4})
+        finally:
+            prefill.prefill = True
+        assert len(prefill.bodies) == asked + 1  # the first only
+        assert decisions(server, "local", "no_params") == 1
+        assert decisions(server, "local", "prefill_backoff") == 1
+        assert "kv_transfer_params" not in decode.bodies[-1]
 
 
 def test_a_busy_prefill_server_means_a_local_prefill(
