@@ -10,15 +10,17 @@ The scheduler side, called by engine/scheduler.py:
   parked apart from the queue, until `get_finished` says its load is done (a synchronous
   load is done within `start_load_kv`): it is never scheduled half loaded, and it holds
   up nobody else.
-- `request_finished`: the request ended. True keeps its blocks (and, when it returns
+- `request_finished`: the request ended (after its last forward, or aborted); its last
+  full blocks are saved now. True keeps its blocks (and, when it returns
   kv_transfer_params, its answer) until `get_finished` releases it: a save still reads
   them, and a prefill server's answer is only good once its KV is saved.
 
 The runner side, called by engine/llm_engine.py around the runner's step:
+- `register_kv_caches`: once, the cache tensors that loads write and saves read.
 - `start_load_kv`: starts the loads the scheduler asked for, before the forward that
   would need those blocks (a parked request is in no forward until its load is done).
-- `save_kv`: after the forward, saves the full blocks of the step's requests that are
-  not saved yet.
+- `save_kv`: after the forward, saves the full blocks of the step's running requests
+  that are not saved yet.
 - `get_finished`: loads done (how many tokens each loaded: a load that failed part way
   loaded fewer, and the rest is computed) and requests released.
 
@@ -75,13 +77,18 @@ class KVConnector(ABC):
         kv_transfer_params; when given, the request's answer waits for the release)."""
 
     @abstractmethod
-    def start_load_kv(self, kv_caches: list[torch.Tensor]) -> None:
-        """Starts the queued loads into their blocks of kv_caches."""
+    def register_kv_caches(self, kv_caches: list[torch.Tensor]) -> None:
+        """The runner's cache tensors, each layer's, which loads write and saves read."""
 
     @abstractmethod
-    def save_kv(self, seqs: Seq[Sequence], kv_caches: list[torch.Tensor]) -> None:
-        """After a step's forward: saves the full blocks of seqs (the step's, finished
-        ones included) that are not saved yet. Never waits for the store."""
+    def start_load_kv(self) -> None:
+        """Starts the queued loads into their blocks."""
+
+    @abstractmethod
+    def save_kv(self, seqs: Seq[Sequence]) -> None:
+        """After a step's forward: saves the full blocks of seqs (the step's running
+        requests; a finished one's last blocks are `request_finished`'s) that are not
+        saved yet. Never waits for the store."""
 
     @abstractmethod
     def get_finished(self) -> KVFinished:

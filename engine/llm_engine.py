@@ -124,6 +124,8 @@ class LLMEngine:
             max_spec_tokens=config.num_spec_tokens if config.spec_method else 0,
             seed=config.seed,
         )
+        if self.kv_connector is not None:
+            self.kv_connector.register_kv_caches(self.runner.kv_caches)
         self.sequences: dict[str, Sequence] = {}
         # Finished outputs that wait for their KV to be saved (a prefill server's answer).
         self.unanswered: dict[str, CoreOutput] = {}
@@ -219,8 +221,6 @@ class LLMEngine:
         if seq is None:
             return None
         self.scheduler.finish(seq, "abort")
-        if self.kv_connector is not None and seq.request_id in self.scheduler.held:
-            self.kv_connector.save_kv([seq], self.runner.kv_caches)
         self._forget(seq)
         return self._output(seq, 0, time.perf_counter())
 
@@ -235,7 +235,7 @@ class LLMEngine:
         scheduled = self.scheduler.schedule()
         connector = self.kv_connector
         if connector is not None:
-            connector.start_load_kv(self.runner.kv_caches)
+            connector.start_load_kv()
         if not scheduled:
             return answered
         started = time.perf_counter()
@@ -248,8 +248,8 @@ class LLMEngine:
             for item, tokens in zip(sampling, new_tokens, strict=True):
                 spec.record(item.seq, len(item.spec_token_ids), len(tokens))
         sampled = self.scheduler.update(scheduled, new_tokens)
-        if connector is not None:
-            connector.save_kv([item.seq for item in scheduled], self.runner.kv_caches)
+        if connector is not None:  # the finished saved theirs (request_finished)
+            connector.save_kv([item.seq for item in scheduled if not item.seq.finished])
         for seq, _ in sampled:
             if seq.finished:
                 self._forget(seq)

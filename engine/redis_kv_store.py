@@ -182,27 +182,38 @@ class RedisKVStore(KVConnector):
                 "remote_request_id": rid,
                 "num_saved_tokens": len(seq.block_hashes) * self.layout.block_size,
             }
-        # Its last blocks are saved after this step's forward (save_kv), from its blocks:
-        # keep them until then, and a load in flight writes into them.
+        if self.role != "decode":
+            self._save_new_blocks([seq])  # its last ones: its step's forward is over
+        # Its blocks are kept while a save reads them or a load writes them, and a prefill
+        # answer waits for its saves: it is released once they are done (perhaps now).
         with self._lock:
-            keep = self.role != "decode" or rid in self._loading
+            keep = answer is not None or rid in self._unsaved or rid in self._loading
             if keep:
                 self._held.add(rid)
+                self._release_if_done(rid)
+            else:
+                self._save_failed.discard(rid)
         if not keep:
             self._saved_upto.pop(rid, None)
         return keep, answer
 
     # The runner's side.
 
-    def start_load_kv(self, kv_caches: list[torch.Tensor]) -> None:
+    def register_kv_caches(self, kv_caches: list[torch.Tensor]) -> None:
         self._kv_caches = kv_caches
+
+    def start_load_kv(self) -> None:
         for load in self._queued_loads:
             self._loads.put(load)
         self._queued_loads = []
 
-    def save_kv(self, seqs: Seq[Sequence], kv_caches: list[torch.Tensor]) -> None:
-        if self.role == "decode":
-            return
+    def save_kv(self, seqs: Seq[Sequence]) -> None:
+        if self.role != "decode":
+            self._save_new_blocks(seqs)
+
+    def _save_new_blocks(self, seqs: Seq[Sequence]) -> None:
+        """Queues the full blocks of seqs not saved yet (nor lately by another request),
+        copied out of the cache now; a save queue already full drops them (counted)."""
         hashes: list[bytes] = []
         block_ids: list[int] = []
         request_ids: list[str] = []
@@ -215,41 +226,34 @@ class RedisKVStore(KVConnector):
                 hashes += [seq.block_hashes[i] for i in fresh]
                 block_ids += [seq.block_table[i] for i in fresh]
                 request_ids.append(seq.request_id)
-        held_done = [s.request_id for s in seqs if s.finished and s.request_id not in request_ids]
-        if hashes:
-            nbytes = len(hashes) * self.layout.block_bytes
-            with self._lock:
-                dropped = self._queued_save_bytes + nbytes > MAX_QUEUED_SAVE_BYTES
-                if dropped:
-                    self.stats.fail("save_dropped", len(hashes) * self.layout.block_size)
-                    self._save_failed.update(request_ids)
-                else:
-                    self._queued_save_bytes += nbytes
-                    for rid in request_ids:
-                        self._unsaved[rid] = self._unsaved.get(rid, 0) + 1
-            if dropped:
-                held_done += request_ids
-            else:
-                for block_hash in hashes:
-                    self._remember(block_hash)
-                self._saves.put(self._copy_out(hashes, block_ids, request_ids, kv_caches))
+        if not hashes:
+            return
+        nbytes = len(hashes) * self.layout.block_bytes
         with self._lock:
-            for rid in held_done:
-                self._release_if_done(rid)
+            dropped = self._queued_save_bytes + nbytes > MAX_QUEUED_SAVE_BYTES
+            if dropped:
+                self.stats.fail("save_dropped", len(hashes) * self.layout.block_size)
+                self._save_failed.update(request_ids)
+                return
+            self._queued_save_bytes += nbytes
+            for rid in request_ids:
+                self._unsaved[rid] = self._unsaved.get(rid, 0) + 1
+        for block_hash in hashes:
+            self._remember(block_hash)
+        self._saves.put(self._copy_out(hashes, block_ids, request_ids))
 
     def _copy_out(
         self,
         hashes: list[bytes],
         block_ids: list[int],
         request_ids: list[str],
-        kv_caches: list[torch.Tensor],
     ) -> _Save:
         """The blocks' bytes, [block][layer][k, v][slot...] as a value holds them, copied
         out now: once the step is over their blocks may be given to another request. On
         CUDA the copy is queued on the current stream (anything that later writes those
         blocks comes after it) into pinned memory, and the save thread waits for it."""
         ids = torch.tensor(block_ids, dtype=torch.long, device=self.device)
-        blocks = torch.stack([kv.index_select(1, ids) for kv in kv_caches])  # [L, 2, n, ...]
+        blocks = torch.stack([kv.index_select(1, ids) for kv in self._kv_caches])  # [L, 2, n]
         blocks = blocks.transpose(0, 2).transpose(1, 2)  # [n, L, 2, ...]
         flat = blocks.contiguous().view(len(block_ids), -1).view(torch.uint8)
         if self.device.type != "cuda":
@@ -300,7 +304,6 @@ class RedisKVStore(KVConnector):
         """Loads a request's blocks, in order, up to the first that fails."""
         started = time.perf_counter()
         loaded = 0
-        kv_caches = self._kv_caches
         try:
             if not self._allowed():
                 raise redis.exceptions.ConnectionError("the KV store is skipped (breaker open)")
@@ -311,7 +314,7 @@ class RedisKVStore(KVConnector):
             values = []
         else:
             self._succeeded()
-            loaded = self._write_blocks(load, values, kv_caches)
+            loaded = self._write_blocks(load, values)
         tokens = loaded * self.layout.block_size
         with self._lock:
             self.stats.loaded_tokens += tokens
@@ -323,13 +326,11 @@ class RedisKVStore(KVConnector):
             self._remember(block_hash)
         self._wake()
 
-    def _write_blocks(
-        self, load: _Load, values: list[bytes | None], kv_caches: list[torch.Tensor]
-    ) -> int:
+    def _write_blocks(self, load: _Load, values: list[bytes | None]) -> int:
         """Copies the leading blocks whose values check out into their cache blocks; how
         many. The first that fails ends the load (a block is only good after its parent):
         a corrupt value is deleted, so that the next save puts a good one back."""
-        layout = self.layout
+        layout, kv_caches = self.layout, self._kv_caches
         good = 0
         for block_hash, value in zip(load.hashes, values, strict=True):
             reason = check_block(layout, block_hash, value)
