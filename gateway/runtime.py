@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 from contextlib import AsyncExitStack
-from typing import Literal
+from typing import Any, Literal
 
 from cache import CachePolicy, CacheRuntime, SemanticCache, Thresholds
 from cache.shared_admin import SharedAdmin
@@ -61,23 +61,16 @@ def build_upstream(settings: Settings, metrics: GatewayMetrics) -> ModelRouter:
         URL, are the decode servers'; a prefill's time is bounded by pd_prefill_timeout)."""
         group = settings.group(model)
 
-        def pool(
-            urls: list[str], timeout: float, weights: list[float] | None = None
-        ) -> HttpUpstream:
-            return HttpUpstream(
-                urls,
-                timeout=timeout,
-                api_key=group.api_key,
-                model=model,
-                balancer=group.balancer,
-                weights=weights,
-            )
-
-        decode = pool(urls, group.timeout, group.weights)
+        # HttpUpstream's settings: both pools', then the decode servers' own.
+        shared: dict[str, Any] = {
+            "api_key": group.api_key, "model": model, "balancer": group.balancer
+        }  # fmt: skip
+        decode: dict[str, Any] = {"timeout": group.timeout, "weights": group.weights, **shared}
         if not prefill:
-            return decode
-        prefilling = pool(prefill, min(group.timeout, settings.pd_prefill_timeout))
-        return Disaggregated(decode, prefilling, rule, metrics.count_pd)
+            return HttpUpstream(urls, **decode)
+        timeout = min(group.timeout, settings.pd_prefill_timeout)
+        prefilling = HttpUpstream(prefill, timeout=timeout, **shared)
+        return Disaggregated(urls, prefilling, rule, metrics.count_pd, **decode)
 
     prefill = settings.upstream_prefill_groups
     targets += [

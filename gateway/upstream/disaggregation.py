@@ -26,14 +26,11 @@ from typing import Any
 
 import httpx
 
-from engine.tokenizer import Tokenizer
 from gateway import server_timing
 from gateway.upstream.balancer import Backend
 from gateway.upstream.base import (
     CompletionJob,
     Delta,
-    EngineGauges,
-    Unsupported,
     UpstreamError,
     UpstreamHealth,
 )
@@ -77,9 +74,11 @@ CountDecision = Callable[[str, str, str], None]
 
 @dataclass(frozen=True)
 class PdRule:
-    min_prompt_tokens: int = 1024  # gateway/settings.py says why
-    max_prefill_queue: int = 2  # per healthy prefill server
-    failure_backoff: float = 10.0  # seconds of local prefills after a failed remote one
+    """gateway/settings.py's pd_* settings, which say why their defaults."""
+
+    min_prompt_tokens: int
+    max_prefill_queue: int  # per healthy prefill server
+    failure_backoff: float  # seconds of local prefills after a failed remote one
 
 
 def prefill_body(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,68 +112,39 @@ def queue_of(prefill: list[Backend]) -> int:
     return sum(b.in_flight + b.others for b in prefill)
 
 
-class Disaggregated:
-    """One model's (or the discovered models') decode servers with their prefill servers,
-    as one `Forwarder`: everything but the prefill is the decode servers'."""
-
-    cheap_abort = False  # as HttpUpstream's: a request aborted still cost a server one
-    forwards = True
-    description = "the upstreams"
-    awaited = "an upstream"
+class Disaggregated(HttpUpstream):
+    """One model's (or the discovered models') decode servers, which prefill servers of
+    their own (`prefill`, a pool with its own balancer) prefill for: everything but the
+    prefill is the decode pool's, as HttpUpstream does it."""
 
     def __init__(
         self,
-        decode: HttpUpstream,
+        base_urls: list[str],
         prefill: HttpUpstream,
         rule: PdRule,
         count: CountDecision,
+        **pool: Any,
     ) -> None:
-        self.decode = decode
+        """`pool`: HttpUpstream's settings of the decode servers."""
+        super().__init__(base_urls, **pool)
         self.prefill = prefill
         self.rule = rule
         self._count = count
-        self._backoff_until = 0.0  # time.monotonic(): no remote prefill before it
+        # Per model, time.monotonic(): no remote prefill before it (a pool of discovered
+        # models serves several: one model's failed prefill says nothing of another's).
+        self._backoff_until: dict[str, float] = {}
 
     async def start(self) -> None:
-        await asyncio.gather(self.decode.start(), self.prefill.start())
+        await asyncio.gather(super().start(), self.prefill.start())
 
     async def close(self) -> None:
         await self.prefill.close()
-        await self.decode.close()
-
-    def ready(self) -> bool:
-        return self.decode.ready()  # decode servers answer alone, prefilling themselves
-
-    @property
-    def failure(self) -> str | None:
-        return self.decode.failure
-
-    @property
-    def unlisted(self) -> bool:
-        return self.decode.unlisted
-
-    def models(self) -> list[str]:
-        return self.decode.models()
-
-    def servers_of(self, model: str) -> list[str]:
-        return self.decode.servers_of(model)
-
-    def tokenizer(self, model: str) -> Tokenizer | None:
-        return None  # the servers' tokenizers are theirs
-
-    def gauges(self) -> EngineGauges | None:
-        return None  # remote engines report their own /metrics
+        await super().close()
 
     def health(self) -> list[UpstreamHealth]:
         """Both pools: the decode servers, then the prefill servers, each with its role."""
-        decode = [replace(h, role="decode") for h in self.decode.health()]
+        decode = [replace(h, role="decode") for h in super().health()]
         return decode + [replace(h, role="prefill") for h in self.prefill.health()]
-
-    def supports(self, job: CompletionJob) -> Unsupported | None:
-        return self.decode.supports(job)
-
-    def refuse_oversized(self, job: CompletionJob) -> None:
-        self.decode.refuse_oversized(job)
 
     def decide(self, model: str, body: Mapping[str, Any], session: str | None) -> str:
         """Why `body` is prefilled where it is (a key of REASONS): remotely only when its
@@ -184,15 +154,15 @@ class Disaggregated:
         per healthy server, and no remote prefill failed in the last failure_backoff s."""
         if body.get("kv_transfer_params") is not None:
             return "client_params"  # the client runs the protocol itself
-        key = self.decode.key_of(model, body, session)
-        names = {b.name for b in self.decode.backends(model)}
-        cached = max(self.decode.balancer.prefixes.matches(key.blocks, names).values(), default=0)
+        key = self.key_of(model, body, session)
+        names = {b.name for b in self.backends(model)}
+        cached = max(self.balancer.prefixes.matches(key.blocks, names).values(), default=0)
         if uncached_tokens(body, cached) <= self.rule.min_prompt_tokens:
             return "short_prompt"
         prefill = self.prefill.backends(model)
         if not prefill:
             return "prefill_down"
-        if time.monotonic() < self._backoff_until:
+        if time.monotonic() < self._backoff_until.get(model, 0.0):
             return "prefill_backoff"
         if queue_of(prefill) >= self.rule.max_prefill_queue * len(prefill):
             return "prefill_busy"
@@ -200,7 +170,7 @@ class Disaggregated:
 
     async def _prefilled(
         self, model: str, body: Mapping[str, Any], request_id: str, path: str, session: str | None
-    ) -> tuple[Mapping[str, Any] | None, float | None]:
+    ) -> tuple[dict[str, Any] | None, float | None]:
         """The decided route for `body`, counted: the kv_transfer_params a prefill server
         answered (None: the decode server prefills), and the milliseconds the prefill took
         (None: none was asked)."""
@@ -211,13 +181,13 @@ class Disaggregated:
             params, reason = await self._ask_prefill(model, body, request_id, path, session)
             took = (time.perf_counter() - began) * 1000
             if params is None:  # its KV store may be down: each would be computed twice
-                self._backoff_until = time.monotonic() + self.rule.failure_backoff
+                self._backoff_until[model] = time.monotonic() + self.rule.failure_backoff
         self._count(model, REASONS[reason], reason)
         return params, took
 
     async def _ask_prefill(
         self, model: str, body: Mapping[str, Any], request_id: str, path: str, session: str | None
-    ) -> tuple[Mapping[str, Any] | None, str]:
+    ) -> tuple[dict[str, Any] | None, str]:
         """A prefill server's kv_transfer_params for `body` and REMOTE, or None and why not."""
         sent = prefill_body(body)
         try:
@@ -247,10 +217,11 @@ class Disaggregated:
         params, took = await self._prefilled(job.model, body, request_id, CHAT_PATH, job.session)
         decoded = job if params is None else replace(job, kv_transfer_params=params)
         first = True
-        async with contextlib.aclosing(self.decode.stream(decoded)) as deltas:
+        async with contextlib.aclosing(super().stream(decoded)) as deltas:
             async for delta in deltas:
                 if took is not None and (first or delta.finish_reason is not None):
-                    delta = replace(delta, timings={PHASE: took, **(delta.timings or {})})
+                    timings = server_timing.merge({PHASE: took}, delta.timings)
+                    delta = replace(delta, timings=timings)
                 first = False
                 yield delta
 
@@ -265,10 +236,10 @@ class Disaggregated:
         """A pass-through on the decode servers, prefilled first where decided (chat and
         text completions); the prefill's time leads the response's Server-Timing."""
         if path not in PREFILLED_PATHS:
-            return await self.decode.post(model, body, request_id, path, session)
+            return await super().post(model, body, request_id, path, session)
         params, took = await self._prefilled(model, body, request_id, path, session)
-        sent = body if params is None else {**body, "kv_transfer_params": dict(params)}
-        server, resp = await self.decode.post(model, sent, request_id, path, session)
+        sent = body if params is None else {**body, "kv_transfer_params": params}
+        server, resp = await super().post(model, sent, request_id, path, session)
         if took is not None:
             timings = [server_timing.header({PHASE: took}), resp.headers.get("server-timing")]
             resp.headers["server-timing"] = ", ".join(t for t in timings if t)

@@ -272,8 +272,9 @@ def test_ready_and_the_admin_view_show_both_pools_with_their_roles(
         (decode.url, "decode", [MODEL]),
         (prefill.url, "prefill", [MODEL]),
     ]
-    text = httpx.get(front.url + "/metrics").text
-    assert "semgate_pd_requests_total" in text
+    remote = decisions(front, "remote", "long_prompt")
+    post(front, {"model": MODEL, "messages": rag("What does part v do?"), "max_tokens": 4})
+    assert decisions(front, "remote", "long_prompt") == remote + 1  # a sample, not a header
 
 
 def test_a_dead_prefill_server_means_local_prefills_and_ready_says_why(decode: FakeUpstream):
@@ -309,7 +310,7 @@ def test_prefill_servers_from_flags_the_environment_and_the_config_file(tmp_path
     metrics = GatewayMetrics(lambda: None, lambda: None, lambda: None, list)
     for pair in build_upstream(flags, metrics).targets:  # the group's, the discovered ones'
         assert isinstance(pair, Disaggregated)
-        assert (pair.decode._timeout, pair.prefill._timeout) == (600.0, 9.0)
+        assert (pair._timeout, pair.prefill._timeout) == (600.0, 9.0)
     env = {
         "SEMGATE_UPSTREAMS": "llama=http://d:8000",
         "SEMGATE_UPSTREAM_PREFILL": "llama=http://p:8000",
