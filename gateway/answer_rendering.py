@@ -179,7 +179,7 @@ def _kv_transfer_params_of(final: Delta | None) -> dict[str, Any] | msgspec.Unse
     """The JSON answer's `kv_transfer_params`: absent unless a prefill server gave some."""
     if final is None or final.kv_transfer_params is None:
         return msgspec.UNSET
-    return dict(final.kv_transfer_params)
+    return final.kv_transfer_params
 
 
 def _usage_of(final: Delta | None) -> Usage:

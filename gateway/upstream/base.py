@@ -45,7 +45,7 @@ class CompletionJob:
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks, tests)
     cache_salt: str | None = None  # vLLM's extension: prefix-cache blocks shared only within
     # vLLM's P/D protocol (gateway/schemas.py): sent to the server that runs the job.
-    kv_transfer_params: Mapping[str, Any] | None = None
+    kv_transfer_params: dict[str, Any] | None = None
     prompt: str | list[int] | None = None
     # The request's X-Request-Id (the client's own when it sent one): remote servers are
     # sent it, so that their logs name the request as the client's and the gateway's do.
@@ -90,7 +90,7 @@ class Delta:
     upstream: str | None = None
     # On the last delta: what a prefill server answers to `do_remote_decode` (vLLM's P/D
     # protocol), for the decode server; None otherwise.
-    kv_transfer_params: Mapping[str, Any] | None = None
+    kv_transfer_params: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

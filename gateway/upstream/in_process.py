@@ -5,8 +5,7 @@ dies or hangs: gateway/upstream/core_supervisor.py)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
 
 from engine import AsyncLLM, EngineConfig, EngineDeadError, RequestMetrics, SamplingParams
 from engine.tokenizer import Tokenizer
@@ -217,7 +216,7 @@ class InProcessEngine:
                     params,
                     request_id=job.request_id,
                     cache_salt=job.cache_salt,
-                    kv_transfer_params=_plain(job.kv_transfer_params),
+                    kv_transfer_params=job.kv_transfer_params,
                 )
             ) as outputs:
                 told = False  # the first text delta tells the phases so far
@@ -245,12 +244,6 @@ class InProcessEngine:
             raise UpstreamError(500, "the engine failed on this request", "server_error") from exc
         finally:
             self.in_flight -= 1
-
-
-def _plain(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A job's kv_transfer_params as the engine takes them (a plain dict, which pickles
-    to its core)."""
-    return dict(params) if params is not None else None
 
 
 def _unavailable(reason: str) -> UpstreamError:

@@ -56,7 +56,7 @@ def request_body(job: CompletionJob) -> dict[str, Any]:
     if job.cache_salt is not None:
         body["cache_salt"] = job.cache_salt
     if job.kv_transfer_params is not None:
-        body["kv_transfer_params"] = dict(job.kv_transfer_params)
+        body["kv_transfer_params"] = job.kv_transfer_params
     return body
 
 
