@@ -6,7 +6,8 @@ cache counters are read from their owners at scrape time, so they can never drif
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterator, Mapping
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -214,11 +215,7 @@ def _kv_transfer_metrics(model: str, kv: KVTransferStats) -> Iterator[Metric]:
         ("load", "A request's load of its blocks", kv.load_seconds),
         ("save", "A step's save of its new full blocks", kv.save_seconds),
     ):
-        cumulative, buckets = 0, []
-        for bound, count in zip(KV_TRANSFER_BUCKETS, histogram.counts, strict=False):
-            cumulative += count
-            buckets.append((str(bound), cumulative))
-        buckets.append(("+Inf", cumulative + histogram.counts[-1]))
+        buckets = _cumulative(KV_TRANSFER_BUCKETS, histogram.counts)
         family = HistogramMetricFamily(
             f"semgate_kv_{name}_seconds",
             f"{what} from or to the KV store, in seconds.",
@@ -269,13 +266,17 @@ def _upstream_metrics(servers: list[UpstreamHealth]) -> Iterator[Metric]:
     yield from (up, *counts.values(), in_flight, chosen)
 
 
+def _cumulative(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, int]]:
+    """Prometheus's cumulative buckets from counts per bucket, the +Inf one last (a count
+    past the bounds is what lies above the last bound)."""
+    running = list(itertools.accumulate(counts))
+    return [(str(b), c) for b, c in zip(bounds, running, strict=False)] + [("+Inf", running[-1])]
+
+
 def _similarity_histogram(s: CacheStats) -> Metric:
-    """The best candidate's similarity on each semantic lookup, as a histogram."""
-    cumulative, buckets = 0, []
-    for bound, count in zip(SIMILARITY_BUCKETS, s.similarity_counts, strict=True):
-        cumulative += count
-        buckets.append((str(bound), cumulative))
-    buckets.append(("+Inf", cumulative))  # the last bound is 1.0: nothing lies above it
+    """The best candidate's similarity on each semantic lookup, as a histogram (the last
+    bound is 1.0: nothing lies above it)."""
+    buckets = _cumulative(SIMILARITY_BUCKETS, s.similarity_counts)
     return HistogramMetricFamily(
         "semgate_cache_best_similarity",
         "Similarity of the best candidate of each semantic lookup.",
