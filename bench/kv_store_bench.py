@@ -81,11 +81,10 @@ def _answer(llm: LLM, prompt: list[int], params: SamplingParams, salt: str | Non
 
 
 def _reuse(
-    model: LoadedModel, url: str, prompt: list[int], rounds: int, prog: Any
+    model: LoadedModel, store: redis.Redis, url: str, prompt: list[int], rounds: int, prog: Any
 ) -> dict[str, Any]:
     params = SamplingParams(max_tokens=16, temperature=0.0)
     config = EngineConfig(kv_cache_memory=KV_CACHE_BYTES, kv_store=url)
-    store = redis.Redis.from_url(url)
     cold, loaded, other, ratios = [], [], [], []
     same_text, loaded_tokens, other_loaded = True, [], []
     task = prog.add_task("reuse across replicas", total=rounds)
@@ -131,7 +130,12 @@ def _median_itl(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> f
 
 
 def _save_cost(
-    model: LoadedModel, url: str, prompts: list[list[int]], sizes: Sizes, prog: Any
+    model: LoadedModel,
+    store: redis.Redis,
+    url: str,
+    prompts: list[list[int]],
+    sizes: Sizes,
+    prog: Any,
 ) -> dict[str, Any]:
     params = SamplingParams(max_tokens=sizes.decode_tokens, temperature=0.0, ignore_eos=True)
     sides = {
@@ -143,7 +147,7 @@ def _save_cost(
     for i in range(sizes.rounds):
         for name in rotated(list(sides), i):
             sides[name].reset_prefix_cache()  # every round saves its blocks anew
-            redis.Redis.from_url(url).flushdb()
+            store.flushdb()
             itl[name].append(_median_itl(sides[name], prompts, params))
             prog.advance(task)
     sides["store"].close()
@@ -172,13 +176,15 @@ def run_kv_store_bench(quick: bool = False, out_path: Path | None = DEFAULT_OUT)
         for text, _ in sample_requests(tokenizer, sizes.streams, 512, sizes.decode_tokens)
     ]
     with tempfile.TemporaryDirectory() as data:
-        server = EmbeddedRedis(Path(data), maxmemory="2gb")
+        server = EmbeddedRedis(Path(data), maxmemory="2gb", persistent=False)
         url = server.start()
+        store = redis.Redis.from_url(url)
         try:
             with progress(console) as prog:
-                reuse = _reuse(model, url, prompt, sizes.rounds, prog)
-                save_cost = _save_cost(model, url, chats, sizes, prog)
+                reuse = _reuse(model, store, url, prompt, sizes.rounds, prog)
+                save_cost = _save_cost(model, store, url, chats, sizes, prog)
         finally:
+            store.close()
             server.stop()
     report = {"quick": quick, "reuse": reuse, "save_cost": save_cost}
     table = Table(title="KV store in Redis")

@@ -71,7 +71,7 @@ def run_pd_threshold_bench(
     console = Console()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as data:
-        store = EmbeddedRedis(Path(data), maxmemory="2gb")
+        store = EmbeddedRedis(Path(data), maxmemory="2gb", persistent=False)
         url = store.start()
         prefill = ServeProcess([*ENGINE, "--kv-store", url, "--kv-role", "prefill"])
         decode = ServeProcess([*ENGINE, "--kv-store", url, "--kv-role", "decode"])

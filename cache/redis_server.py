@@ -88,13 +88,16 @@ class EmbeddedRedis:
     """A Redis Stack server owned by this process: own port, data directory and memory cap.
 
     Persistence is on (append-only file plus snapshots), so cached answers survive a
-    restart; `maxmemory` with `allkeys-lru` makes Redis evict the least recently used
-    entries instead of refusing writes when the cache is full.
+    restart, unless `persistent` is False (a KV store's blocks are scratch: recomputable,
+    and their writes to disk would compete for the disk and the CPU); `maxmemory` with
+    `allkeys-lru` makes Redis evict the least recently used entries instead of refusing
+    writes when the cache is full.
     """
 
-    def __init__(self, data_dir: Path, maxmemory: str = "512mb") -> None:
+    def __init__(self, data_dir: Path, maxmemory: str = "512mb", persistent: bool = True) -> None:
         self.data_dir = Path(data_dir)
         self.maxmemory = maxmemory
+        self.persistent = persistent
         self.port: int | None = None  # a free one, taken at start
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock: int | None = None
@@ -121,10 +124,11 @@ class EmbeddedRedis:
             str(self.data_dir),
             "--logfile",
             "redis.log",
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
+            *(
+                ["--appendonly", "yes", "--appendfsync", "everysec"]
+                if self.persistent
+                else ["--appendonly", "no", "--save", ""]
+            ),
             "--maxmemory",
             self.maxmemory,
             "--maxmemory-policy",

@@ -86,24 +86,14 @@ class _Side:
 
 
 def _start_store(stack: contextlib.ExitStack) -> EmbeddedRedis:
-    """A fresh Redis Stack for one side's KV store, started. The KV is scratch: no
-    append-only file and no snapshots, whose writes would compete for the disk and the
-    CPU."""
-    import redis
-
+    """A fresh Redis Stack for one side's KV store, started, without persistence (the KV
+    is scratch)."""
     from cache.redis_server import EmbeddedRedis
 
-    server = EmbeddedRedis(
-        Path(stack.enter_context(tempfile.TemporaryDirectory())), STORE_MAXMEMORY
-    )
-    url = server.start()
+    data = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+    server = EmbeddedRedis(data, STORE_MAXMEMORY, persistent=False)
+    server.start()
     stack.callback(server.stop)
-    client = redis.Redis.from_url(url)
-    try:
-        client.config_set("appendonly", "no")
-        client.config_set("save", "")
-    finally:
-        client.close()
     return server
 
 

@@ -32,7 +32,7 @@ def routed(route: str, reason: str) -> str:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    server = EmbeddedRedis(tmp_path_factory.mktemp("kv-store"))
+    server = EmbeddedRedis(tmp_path_factory.mktemp("kv-store"), persistent=False)
     server.start()
     yield server
     server.stop()
