@@ -35,6 +35,7 @@ from engine.loaded_model import LoadedModel, load_model
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.tokenizer import Tokenizer
+from resilience.redis_url import sync_client
 
 DEFAULT_OUT = Path("bench-results/kv-store.json")
 REUSE_GOAL = 5.0  # cold TTFT over loaded TTFT (issue 49; moonshot 10)
@@ -178,7 +179,7 @@ def run_kv_store_bench(quick: bool = False, out_path: Path | None = DEFAULT_OUT)
     with tempfile.TemporaryDirectory() as data:
         server = EmbeddedRedis(Path(data), maxmemory="2gb", persistent=False)
         url = server.start()
-        store = redis.Redis.from_url(url)
+        store = sync_client(url)
         try:
             with progress(console) as prog:
                 reuse = _reuse(model, store, url, prompt, sizes.rounds, prog)

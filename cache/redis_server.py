@@ -19,6 +19,8 @@ from pathlib import Path
 
 import redis
 
+from resilience.redis_url import sync_client
+
 BOOTSTRAP_HINT = "run scripts/bootstrap (or `make run` / `make test`, which run it)"
 LIBSSL_DIR = Path(sys.prefix) / "libssl1.1" / "usr" / "lib" / "x86_64-linux-gnu"
 # Only the modules the cache uses: fewer modules start faster and use less memory.
@@ -261,7 +263,7 @@ class EmbeddedRedis:
 
 def check_redis_url(url: str) -> None:
     """For a user-given REDIS_URL: reachable, and with the search module."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=3)
+    client = sync_client(url, socket_connect_timeout=3)
     try:
         require_search_module(client)
     finally:

@@ -18,7 +18,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import redis.asyncio as aioredis
 from redis.driver_info import DriverInfo
 from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
@@ -31,6 +30,7 @@ from redisvl.schema import IndexSchema
 from cache.entry import FIELDS, CacheEntry, Candidate
 from cache.policy import CacheScope, normalize_prompt
 from cache.thresholds import similarity_from_distance
+from resilience.redis_url import async_client
 
 PREFIX = "semgate:entry"
 # The vector fields an entry may have: the English tier's and the multilingual tier's.
@@ -97,10 +97,10 @@ class CacheStore:
         # for one to be released. redis-py's default pool raises MaxConnectionsError at
         # once instead, which turned bursts of lookups into errors. A lookup waits at
         # most its own budget (the facade's timeout covers the wait).
-        pool = aioredis.BlockingConnectionPool.from_url(
+        self.client = async_client(
             redis_url,
             max_connections=max_connections,
-            timeout=socket_timeout,
+            pool_wait=socket_timeout,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
             # Resolved once: by default each new connection looks redis-py's version up in
@@ -109,7 +109,6 @@ class CacheStore:
             # third of the gateway's time.
             driver_info=_DRIVER_INFO,
         )
-        self.client = aioredis.Redis.from_pool(pool)  # closing the client closes the pool
         self.schema = IndexSchema.from_dict(
             {
                 "index": {"name": index_name, "prefix": PREFIX, "storage_type": "hash"},

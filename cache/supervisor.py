@@ -3,8 +3,10 @@
 An embedded server that exits is reaped at once (no zombie) and restarted with
 backoff on the same port and data directory: its append-only file brings the entries
 back, and the clients reconnect on their next command. An external server (a given
-URL) is not ours to restart: it is PINGed, and its state followed. While Redis is
-down, chat is answered uncached (the cache fails open) and the admin API says so.
+URL) is not ours to restart: it is PINGed, and its state followed. Behind Redis Sentinel
+that is the primary Sentinel names: down while none answers, up again once the promoted
+replica does (the client asks the sentinels itself; a failover is logged). While Redis
+is down, chat is answered uncached (the cache fails open) and the admin API says so.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import redis.asyncio as aioredis
 
 from cache.redis_server import EmbeddedRedis
 from cache.restart_backoff import RestartBackoff
+from resilience.redis_url import primary_address
 
 # The operator's log: the gateway prints `semgate.*` at INFO.
 log = logging.getLogger("semgate.cache")
@@ -47,6 +50,8 @@ class RedisSupervisor:
         self.up = True
         self.down_reason: str | None = None
         self.restarts = 0
+        # Behind Sentinel: the primary last seen (the store's connections have found one).
+        self._primary = primary_address(client)
         self._task: asyncio.Task[None] | None = None
         self._backoff = RestartBackoff(RESTART_DELAYS, STABLE_SECONDS)
 
@@ -112,3 +117,14 @@ class RedisSupervisor:
             if not self.up:
                 log.info("Redis answers again: cache back on")
                 self._back_up()
+            self._follow_primary()
+
+    def _follow_primary(self) -> None:
+        """Logs when Sentinel has named another primary (a failover) since it was seen."""
+        primary = primary_address(self.client)
+        if primary is None or primary == self._primary:
+            return
+        if self._primary is not None:
+            log.warning("Redis Sentinel failed over: the primary is now %s:%s (was %s:%s)",
+                        *primary, *self._primary)  # fmt: skip
+        self._primary = primary

@@ -232,7 +232,12 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         help="name the server that answered in an X-Upstream response header",
     )
     serve.add_argument("--no-cache", action="store_true", help="serve without the cache")
-    serve.add_argument("--redis-url", default=None, help="default: an embedded Redis Stack")
+    serve.add_argument(
+        "--redis-url",
+        default=None,
+        help="redis://HOST:PORT/DB, or redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE/DB "
+        "for the primary Redis Sentinel names (default: an embedded Redis Stack)",
+    )
     serve.add_argument(
         "--redis-data-dir",
         type=Path,

@@ -16,7 +16,6 @@ KV_CACHE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKEND_CHOICES = ("auto", "flash", "cpu", "torch", "flash_reference")
 SPEC_METHOD_CHOICES = ("ngram", "draft")
 KV_ROLE_CHOICES = ("both", "prefill", "decode")
-KV_STORE_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 @dataclass(frozen=True)
@@ -163,7 +162,9 @@ class EngineOptions:
     # engine servers (a replica, this one after a restart) through Redis, keyed as the
     # prefix cache names them, so a prompt another server computed is loaded, not computed.
     kv_store: str | None = option(
-        None, "Redis URL (redis://HOST:PORT/DB) of a KV store that engine servers share"
+        None,
+        "Redis URL (redis://HOST:PORT/DB, or redis+sentinel://HOST:PORT[,...]/SERVICE/DB) of "
+        "a KV store that engine servers share",
     )
     # vLLM's kv_role: a prefill server saves what it computes, a decode server only loads
     # (saving would cost the decode steps P/D protects); both does both.
@@ -193,9 +194,10 @@ class EngineOptions:
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.kv_store is not None:
-            if not self.kv_store.startswith(KV_STORE_SCHEMES):
-                schemes = ", ".join(KV_STORE_SCHEMES)
-                raise ValueError(f"kv_store must be a Redis URL ({schemes}), not {self.kv_store!r}")
+            # Here, not at the top: redis-py takes ~0.1 s to import, and `--help` reads this.
+            from resilience.redis_url import check_redis_url
+
+            check_redis_url(self.kv_store, "kv_store")
             if not self.prefix_caching:
                 raise ValueError("kv_store needs prefix_caching: blocks are keyed by its hashes")
         elif self.kv_role != "both":

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
-import redis
 import redis.exceptions
 import torch
 
@@ -39,6 +38,7 @@ from engine.kv_connector import KVConnector, KVFinished
 from engine.metrics import KVTransferStats
 from engine.sequence import Sequence
 from resilience import CircuitBreaker
+from resilience.redis_url import sync_client
 
 log = logging.getLogger("semgate.engine")
 
@@ -89,8 +89,8 @@ class RedisKVStore(KVConnector):
         self.ttl = ttl
         self.device = device
         self.prefix = b"semgate:kv:" + layout.digest.hex().encode() + b":"
-        self.lookups = redis.Redis.from_url(url, socket_timeout=LOOKUP_TIMEOUT)
-        self.transfers = redis.Redis.from_url(url, socket_timeout=TRANSFER_TIMEOUT)
+        self.lookups = sync_client(url, socket_timeout=LOOKUP_TIMEOUT)
+        self.transfers = sync_client(url, socket_timeout=TRANSFER_TIMEOUT)
         self.breaker = breaker or CircuitBreaker(
             calls="KV store calls", skipped="the KV store", logger="semgate.engine"
         )

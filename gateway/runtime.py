@@ -29,6 +29,7 @@ from gateway.settings import Settings
 from gateway.upstream import HttpUpstream, InProcessEngine, ModelRouter, Upstream
 from gateway.upstream.disaggregation import Disaggregated, PdRule
 from resilience.circuit_breaker import CircuitBreaker
+from resilience.redis_url import redacted
 
 log = logging.getLogger("semgate.gateway")
 
@@ -290,7 +291,9 @@ class Runtime:
             await self.shared.start()
             self.chat.cache = self.cache
             server = runtime.server  # None when given a URL
-            where = s.redis_url if server is None else f"embedded Redis Stack at {server.url}"
+            where = (
+                f"embedded Redis Stack at {server.url}" if server else redacted(s.redis_url or "")
+            )
             log.info("cache ready in %.1f s: %s", time.perf_counter() - t0, where)
             return
 

@@ -39,6 +39,7 @@ from gateway.upstream.specs import (
     parse_upstreams,
     upstreams_from_toml,
 )
+from resilience.redis_url import check_redis_url
 
 if TYPE_CHECKING:
     from litestar.middleware.rate_limit import DurationUnit
@@ -156,6 +157,8 @@ class Settings:
         if self.default_max_tokens < 0:
             raise ValueError("default_max_tokens must be >= 0 (0: up to the context)")
         check_ttl(self.cache_ttl, "cache_ttl")
+        if self.redis_url:  # empty: the embedded Redis, as unset
+            check_redis_url(self.redis_url, "redis_url")
         if any(not key or not tenant for key, tenant in self.api_keys.items()):
             raise ValueError("API keys and tenant names must be non-empty")
         self.upstreams, self.upstream_groups = check_upstreams(

@@ -10,9 +10,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 PACKAGES = ("resilience", "engine", "cache", "gateway", "loadtest", "bench", "cli")
-# Who may import whom. resilience (what the cache and the KV store share) is below the
-# ground floor; engine and cache are the ground floor; the gateway serves on
-# them; the load generator talks HTTP (it reads workloads and report helpers from
+# Who may import whom. resilience (what the cache and the KV store share: the circuit
+# breaker, Redis URLs to clients) is below the ground floor; engine and cache are the
+# ground floor; the gateway serves on them, and the benchmarks measure all three; the
+# load generator talks HTTP (it reads workloads and report helpers from
 # bench, sizes prompts with the engine's tokenizer, and starts the servers it measures:
 # `semgate serve` processes, and the Redis of a KV store); cli is the composition root.
 ALLOWED = {
@@ -20,7 +21,7 @@ ALLOWED = {
     "engine": {"resilience"},
     "cache": {"resilience"},
     "gateway": {"engine", "cache", "resilience"},
-    "bench": {"engine", "cache", "gateway"},
+    "bench": {"engine", "cache", "gateway", "resilience"},
     "loadtest": {"engine", "cache", "gateway", "bench"},
     "cli": {"engine", "cache", "gateway", "bench", "loadtest"},
 }

@@ -1,6 +1,8 @@
 """One embedded Redis Stack and one of each embedder per test session; an event loop in a
-thread so async cache calls can run from plain tests. A plugin of the root conftest:
-tests/cache and tests/bench (calibration) share one of each."""
+thread so async cache calls can run from plain tests; a Redis Sentinel cluster (primary,
+replica, three sentinels: tests/redis_sentinel.py) started the first time a test asks
+for it. A plugin of the root conftest: tests/cache, tests/bench (calibration),
+tests/resilience and tests/gateway share one of each."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from cache import CacheRequest, EmbeddedRedis, Embedder, MultilingualEmbedder, SemanticCache
 from cache.store import CacheStore
 from cache.tiers import multilingual_field
+from tests.redis_sentinel import SentinelCluster
 
 T = TypeVar("T")
 Run = Callable[[Coroutine[Any, Any, T]], T]
@@ -45,6 +48,21 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def sentinel_cluster() -> Iterator[SentinelCluster]:
+    cluster = SentinelCluster().start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def sentinel(sentinel_cluster: SentinelCluster) -> SentinelCluster:
+    """The session's Sentinel cluster with a primary and a replica in sync: a node that an
+    earlier test killed is back, as a replica."""
+    sentinel_cluster.mend()
+    return sentinel_cluster
 
 
 @pytest.fixture(scope="session")

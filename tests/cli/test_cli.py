@@ -154,3 +154,12 @@ def test_serve_refuses_a_busy_port_before_loading_anything():
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "admin key" not in result.stderr  # refused before a key is made
+
+
+def test_serve_refuses_a_bad_redis_url_readably():
+    result = _semgate("serve", "--redis-url", "redis+sentinel://:hunter2@h1:26379/mymaster")
+    said = " ".join(result.stderr.split())  # as one line, however the console wrapped it
+    assert result.returncode == 2, result.stderr
+    assert "error: redis_url: Redis Sentinel URL 'redis+sentinel://:***@h1:26379/mymaster'" in said
+    assert "DB '' is not a database number" in said and "/SERVICE/DB" in said
+    assert "Traceback" not in said and "hunter2" not in said
