@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 COMPOSE_GPU = ROOT / "docker-compose.gpu.yml"
 DOCKERFILE = ROOT / "Dockerfile"
+SENTINELS = ("sentinel-1", "sentinel-2", "sentinel-3")
 
 
 def _has_compose() -> bool:
@@ -46,7 +47,8 @@ def test_compose_wires_the_three_roles_and_a_scale_out_profile() -> None:
     yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     pd = {"kv-store", "engine-prefill", "engine-decode", "gateway-pd"}  # the pd profile's
-    assert set(services) == {"redis", "engine", "engine-2", "gateway", *pd}
+    sentinel = {"redis-primary", "redis-replica", *SENTINELS, "gateway-sentinel"}
+    assert set(services) == {"redis", "engine", "engine-2", "gateway", *pd, *sentinel}
     for name, service in services.items():
         assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
 
@@ -98,6 +100,31 @@ def test_compose_pd_profile_wires_a_prefill_and_a_decode_engine_over_their_kv_st
     }
     assert gateway["environment"]["REDIS_URL"] == services["gateway"]["environment"]["REDIS_URL"]
     assert "8001:8000" in gateway["ports"]
+
+
+def test_compose_sentinel_profile_runs_a_primary_a_replica_and_three_sentinels() -> None:
+    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    in_profile = {n for n, s in services.items() if s.get("profiles") == ["sentinel"]}
+    assert in_profile == {"redis-primary", "redis-replica", *SENTINELS, "gateway-sentinel"}
+
+    primary, replica = services["redis-primary"], services["redis-replica"]
+    for node in (primary, replica):
+        assert "redis-stack" in node["image"]  # the index and the entries, replicated
+        assert "--requirepass ${SEMGATE_REDIS_PASSWORD" in node["environment"]["REDIS_ARGS"]
+    assert "--replicaof redis-primary 6379" in replica["environment"]["REDIS_ARGS"]
+    assert "--replicaof" not in primary["environment"]["REDIS_ARGS"]
+    for name in SENTINELS:
+        script = services[name]["command"][-1]
+        assert "sentinel monitor semgate redis-primary 6379 2" in script
+        assert "--sentinel" in script
+
+    gateway = services["gateway-sentinel"]
+    url = gateway["environment"]["REDIS_URL"]
+    hosts = ",".join(f"{name}:26379" for name in SENTINELS)
+    assert url == f"redis+sentinel://:${{SEMGATE_REDIS_PASSWORD:-change-me}}@{hosts}/semgate/0"
+    assert set(gateway["depends_on"]) == {*SENTINELS, "engine"}
+    assert "8002:8000" in gateway["ports"]
 
 
 def test_gpu_override_reserves_a_gpu_for_every_engine_only() -> None:
