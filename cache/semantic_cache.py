@@ -2,10 +2,12 @@
 guards) and storing, both asking the policy first, with stats, over the store and the
 embedders. Concurrent misses coalesce through `coalescer` (cache/coalescer.py).
 
-Fail open: any Redis or embedder failure, or a lookup slower than `timeout`, is a
-miss (status "error", counted by kind); a failed store is logged and counted. While
-Redis is down (its supervisor says so, or the circuit breaker is open after lookups
-that timed out on it) the cache is not asked: a bypass. The request is always answered.
+Fail open: any Redis or embedder failure, a lookup slower than `timeout` (not counting
+its wait for the embedder, bounded by the embedder's queue: cache/tiers.py), or an
+embedder too busy to queue the question, is a miss (status "error", counted by kind);
+a failed store is logged and counted. While Redis is down (its supervisor says so, or
+the circuit breaker is open after lookups that timed out on it) the cache is not asked:
+a bypass. The request is always answered.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 import redis.exceptions
 
 from cache.coalescer import Coalescer
-from cache.embedder import Embedder
+from cache.embedder import Embedder, EmbedderBusy
 from cache.entry import CacheEntry
 from cache.guard import Guard, LanguageGuard
 from cache.language import language
@@ -65,6 +67,8 @@ async def _sized(text: str, work: Callable[..., T], *args: Any) -> T:
 def _error_kind(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timeout"
+    if isinstance(exc, EmbedderBusy):
+        return "busy"
     if isinstance(exc, redis.exceptions.RedisError | ConnectionError | OSError):
         return "redis"
     return "internal"
@@ -188,9 +192,9 @@ class SemanticCache:
         asked: Question | None = None
         try:
             # asyncio.timeout runs the lookup in this task (wait_for wraps it in another).
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.timeout) as deadline:
                 lang = await _sized(question, language, question)
-                asked = Question(question, scope, exact_key, lang, threshold)
+                asked = Question(question, scope, exact_key, lang, threshold, deadline=deadline)
                 result = await self._lookup(asked, candidates or self.candidates, accept, dry_run)
         except Exception as exc:
             kind = _error_kind(exc)

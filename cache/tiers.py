@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -32,6 +33,12 @@ from cache.policy import CacheScope
 from cache.store import MULTILINGUAL_VECTOR, CacheStore, VectorField
 
 EXACT, ENGLISH_TIER, MULTILINGUAL_TIER = "exact", "semantic-english", "semantic-multilingual"
+# A lookup's embedding queues behind at most this many texts, or the lookup fails open
+# at once ("busy"): ~64 x 3-6 ms over two workers is 0.1-0.2 s of waiting. Within that
+# bound the wait is not charged to the lookup's deadline (the engine answers a miss
+# meanwhile, and a hit inside a burst is what the cache is for), up to EMBED_WAIT_S.
+EMBED_QUEUE_LIMIT = 64
+EMBED_WAIT_S = 5.0
 
 
 @dataclass
@@ -48,6 +55,20 @@ class Question:
     # What the lookup awaits now: a timeout while Redis is awaited feeds the circuit
     # breaker (resilience/circuit_breaker.py), one while the embedder is does not.
     waiting_on: Literal["redis", "embedder"] | None = None
+    deadline: asyncio.Timeout | None = None  # the lookup's own (SemanticCache.timeout)
+
+    @contextmanager
+    def embedder_wait(self) -> Iterator[None]:
+        """The deadline stands still while the embedder is waited for (EMBED_WAIT_S at
+        most), and goes on with the time it had left once the vector is there."""
+        if self.deadline is None or (when := self.deadline.when()) is None:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        left = when - loop.time()
+        self.deadline.reschedule(loop.time() + EMBED_WAIT_S)
+        yield
+        self.deadline.reschedule(loop.time() + left)
 
 
 @dataclass(frozen=True)
@@ -147,7 +168,8 @@ class SemanticTier:
             return None
         started = time.perf_counter()
         question.waiting_on = "embedder"
-        vector = await self.embedder.embed(question.text)
+        with question.embedder_wait():
+            vector = await self.embedder.embed(question.text, EMBED_QUEUE_LIMIT)
         question.embed_seconds = time.perf_counter() - started
         question.vectors[self.field.name] = vector
         return vector

@@ -23,6 +23,8 @@ BENCHES = {
     "quant": Bench("decode speed of each weight mode against llama.cpp", "quant_bench",
                    "run_quant_bench"),
     "cache": Bench("cache lookup latency and throughput", "cache_bench", "run_cache_bench"),
+    "cache-burst": Bench("cache hits and lookup time inside a burst of other requests",
+                         "cache_burst_bench", "run_cache_burst_bench"),
     "gateway": Bench("cache-hit latency and miss overhead over HTTP, against in-process",
                      "gateway_bench", "run_gateway_bench"),
     "faults": Bench("/health during huge requests, a killed engine core, SIGTERM mid-stream",

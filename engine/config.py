@@ -52,6 +52,9 @@ class EngineConfig(EngineOptions):
     spec_ngram_min: int = 2
     spec_draft_layers: int | None = None  # self-draft depth; default a quarter of the target's
     seed: int = 0
+    # The core process's niceness (os.nice): the gateway that starts it passes its
+    # engine_nice (gateway/engine_settings.py); 0, unchanged, elsewhere.
+    core_nice: int = 0
 
     def __post_init__(self) -> None:
         self.model_path = resolve_model_path(self.model)
@@ -92,6 +95,8 @@ class EngineConfig(EngineOptions):
         )
         if self.num_threads is None:
             self.num_threads = len(os.sched_getaffinity(0))
+        if not 0 <= self.core_nice <= 19:
+            raise ValueError(f"core_nice must be in 0..19, not {self.core_nice}")
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -137,6 +137,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn = Connection(int(sys.argv[1]))
     config, log_level, log_format = conn.recv()
+    # Niceness is per thread on Linux: set before torch starts its threads, which take
+    # this thread's.
+    os.nice(config.core_nice)
     _log_to_stderr(log_level, log_format)
     try:
         engine = LLMEngine(config)

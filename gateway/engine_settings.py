@@ -27,8 +27,18 @@ class EngineSettings(EngineOptions):
         "seconds the engine core may make no progress with requests pending before it is restarted",
     )
 
+    # Linux's nice of the engine core process: when the CPU is full (a burst on a small
+    # machine), the gateway's own work (HTTP, cache lookups: a few ms a request) goes
+    # before the engine's steps, so a cached answer is still found in milliseconds. With
+    # CPU to spare it changes nothing (docs/gateway.md, "Under a burst").
+    engine_nice: int = option(
+        10, "niceness of the engine core process (0-19): the gateway's own work goes first"
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not 0 <= self.engine_nice <= 19:
+            raise ValueError("engine_nice must be in 0..19")
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
         if self.hang_timeout <= 0:
@@ -38,4 +48,4 @@ class EngineSettings(EngineOptions):
         """The engine's configuration (which resolves the model and checks the rest)."""
         from engine.config import EngineConfig  # torch: loaded when an engine is made
 
-        return EngineConfig(**self.options())
+        return EngineConfig(**self.options(), core_nice=self.engine_nice)

@@ -17,6 +17,8 @@ import redis
 
 from cache import CachePolicy, CompletionOutcome, EmbeddedRedis, Embedder, Thresholds
 from cache import redis_server as redis_server_module
+from cache.embedder import EmbedderBusy
+from cache.multilingual_embedder import MultilingualEmbedder
 from cache.policy import context_fingerprint, normalize_prompt, unkeyable
 from cache.thresholds import distance_from_similarity, similarity_from_distance
 from tests.cache.fixtures import Run, ask
@@ -168,6 +170,32 @@ def test_embedder_outlives_callers_that_give_up(embedder: Embedder, run: Run):
         return await asyncio.wait_for(embedder.embed(f"{tag} and after them"), 10)
 
     assert run(give_up()).shape == (embedder.dims,)
+
+
+def long_texts(tag: str, n: int) -> list[str]:
+    """n texts past the embedder's 256-token window (each ~35 ms to embed on one core)."""
+    return [f"{tag} {i} " + " ".join(f"word{j} lorem ipsum" for j in range(150)) for i in range(n)]
+
+
+@pytest.mark.parametrize("which", ["english", "multilingual"])
+def test_a_bounded_wait_is_refused_past_the_queue_but_joins_a_text_already_queued(
+    embedder: Embedder, multilingual: MultilingualEmbedder, run: Run, which: str
+):
+    emb = embedder if which == "english" else multilingual
+    tag = uuid.uuid4().hex
+    texts = long_texts(tag, 40)
+
+    async def crowd() -> tuple[np.ndarray, np.ndarray]:
+        waits = [asyncio.ensure_future(emb.embed(text)) for text in texts]
+        await asyncio.sleep(0)  # each has queued its text (submit is synchronous)
+        with pytest.raises(EmbedderBusy, match="texts queued"):
+            await emb.embed(f"{tag} one more", queue_limit=10)
+        joined = await emb.embed(texts[-1], queue_limit=0)  # queued already: no new work
+        await asyncio.gather(*waits)
+        return joined, await emb.embed(f"{tag} one more", queue_limit=10)  # drained
+
+    joined, after = run(crowd())
+    assert joined.shape == after.shape == (emb.dims,)
 
 
 def test_unknown_embedder_is_a_clear_error():

@@ -11,6 +11,7 @@ import pytest
 from cache import CompletionOutcome, EmbeddedRedis, Embedder, LookupResult, SemanticCache
 from cache.store import CacheStore
 from tests.cache.fixtures import Run, ask
+from tests.cache.test_components import long_texts
 from tests.waiting import until
 
 DONE = CompletionOutcome("Paris is the capital of France.", "stop")
@@ -327,3 +328,30 @@ def test_without_the_multilingual_tier_other_languages_get_the_exact_tier_only(
         "lookups": 2,
         "hits": 1,
     }
+
+
+def test_a_lookup_deadline_does_not_count_the_wait_for_a_busy_embedder(
+    store: CacheStore, embedder: Embedder, tenant: str, run: Run
+):
+    """Inside a burst the question waits behind others' texts (their queue is bounded),
+    and that wait is not charged to the lookup's deadline: the paraphrase still hits.
+    Past the queue's bound the lookup fails open at once ("busy")."""
+    cache = SemanticCache(store, embedder, timeout=0.2)
+    run(cache.seed("What is the capital of France?", DONE.text, model="m", tenant=tenant))
+    tag = tenant
+
+    async def inside(crowd: int, question: str) -> LookupResult:
+        waits = [asyncio.ensure_future(embedder.embed(t)) for t in long_texts(tag, crowd)]
+        await asyncio.sleep(0)  # the crowd's texts are queued (~35 ms each, two workers)
+        result = await cache.lookup(ask(question, tenant))
+        await asyncio.gather(*waits)
+        return result
+
+    waited = run(inside(40, "What is France's capital city called?"))
+    assert waited.status == "hit" and waited.embed_seconds is not None
+    assert waited.embed_seconds > cache.timeout  # longer than the deadline, and still a hit
+
+    tag += "-again"  # a new crowd (the first one's vectors are remembered)
+    refused = run(inside(100, "Name the capital city of France, please."))
+    assert refused.status == "error" and refused.reason is not None and "busy" in refused.reason
+    assert cache.stats.errors["busy"] == 1

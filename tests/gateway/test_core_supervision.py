@@ -61,6 +61,20 @@ def core_pid(server: Server) -> int:
     return pid
 
 
+def niceness(pid: int) -> set[int]:
+    """The nice value of each of the process's threads (field 19 of /proc/.../stat)."""
+    stats = Path(f"/proc/{pid}/task").glob("*/stat")
+    return {int(stat.read_text().rsplit(")", 1)[1].split()[16]) for stat in stats}
+
+
+def test_the_core_runs_niced_so_the_gateway_goes_first(server: Server):
+    """Every thread of the core (torch's among them) at --engine-nice's default, the
+    gateway's own at 0: when the CPU is full, lookups and HTTP go before engine steps."""
+    assert server.proc is not None
+    assert niceness(core_pid(server)) == {10}
+    assert niceness(server.proc.pid) == {0}
+
+
 def ask(server: Server, question: str, **kw: object) -> httpx.Response:
     body = chat_body(question, **kw) | {"messages": [{"role": "user", "content": question}]}
     return httpx.post(server.url + "/v1/chat/completions", json=body, headers=HEADERS, timeout=60)
