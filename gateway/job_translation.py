@@ -160,17 +160,25 @@ def chat_job(
         messages=flatten_messages(request.messages),
         max_tokens=max_tokens,
         default_cap=default_cap,
-        **sampling_given(request),
-        top_k=max(request.top_k or 0, 0),
-        stop=stop_list(request.stop),
-        seed=request.seed,
-        ignore_eos=request.ignore_eos,
-        cache_salt=prefix_cache_salt(tenant, request.cache_salt),
-        kv_transfer_params=request.kv_transfer_params,
         trace_id=trace_id,
         session=session or request.user,
-        fields=request_fields(request),
+        **_asked_of(request, tenant),
     )
+
+
+def _asked_of(request: ChatCompletionRequest | CompletionRequest, tenant: str) -> dict[str, Any]:
+    """What a chat request and a text completion ask of the job alike: sampling, stops,
+    the prefix cache's salt (the tenant's), a KV transfer, the fields given."""
+    return {
+        **sampling_given(request),
+        "top_k": max(request.top_k or 0, 0),
+        "stop": stop_list(request.stop),
+        "seed": request.seed,
+        "ignore_eos": request.ignore_eos,
+        "cache_salt": prefix_cache_salt(tenant, request.cache_salt),
+        "kv_transfer_params": request.kv_transfer_params,
+        "fields": request_fields(request),
+    }
 
 
 def cache_request(job: CompletionJob, tenant: str) -> CacheRequest:
@@ -216,14 +224,7 @@ def text_job(
         prompt=_prompt(request.prompt),
         max_tokens=max_tokens,
         default_cap=default_cap,
-        **sampling_given(request),
-        top_k=max(request.top_k or 0, 0),
-        stop=stop_list(request.stop),
-        seed=request.seed,
-        ignore_eos=request.ignore_eos,
-        cache_salt=prefix_cache_salt(tenant, request.cache_salt),
-        kv_transfer_params=request.kv_transfer_params,
-        fields=request_fields(request),
+        **_asked_of(request, tenant),
     )
 
 
