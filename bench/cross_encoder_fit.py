@@ -27,6 +27,7 @@ from safetensors.torch import save_file
 from bench.calibrate import Pair
 from cache.guard.cross_encoder import (
     BASE,
+    PairScorer,
     adapted_linears,
     encode_pairs,
     load_base,
@@ -152,7 +153,8 @@ def held_out_logits(
         model = train(rest, progress=progress)
         for name in held:
             rows = [(p.cached, p.query) for p in files[name]]
-            scored[name] = torch.tensor(logits(model.model, model.head, model.tokenizer, rows))
+            scorer = PairScorer(model.model, model.head)
+            scored[name] = torch.tensor(logits(scorer, model.tokenizer, rows))
     return torch.cat([scored[name] for name in names])
 
 

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
 from cache.embedder import EmbedderBusy
+
+log = logging.getLogger(__name__)
 
 MODEL_ID = "use-multilingual-v3"
 # Texts past this many characters are not embedded (exact tier only): the encoder has no
@@ -48,11 +52,16 @@ class MultilingualEmbedder:
             max_workers=1, thread_name_prefix="semgate-multilingual"
         )
         # Loads the weights (the first encoding does) before any text is encoded.
-        self._loaded = self._executor.submit(self._model.encode, ["semgate"])
+        self._loaded = self._executor.submit(self._load)
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._pending: dict[str, concurrent.futures.Future[np.ndarray]] = {}
+
+    def _load(self) -> None:
+        started = time.perf_counter()
+        self._model.encode(["semgate"])
+        log.info("multilingual embedder's weights loaded in %.2f s", time.perf_counter() - started)
 
     def fits(self, text: str) -> bool:
         return len(text) <= MAX_CHARS

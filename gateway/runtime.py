@@ -16,6 +16,7 @@ from contextlib import AsyncExitStack
 from typing import Any, Literal
 
 from cache import CachePolicy, CacheRuntime, SemanticCache, Thresholds
+from cache.runtime import ModelNotLoaded
 from cache.shared_admin import SharedAdmin
 from cache.supervisor import RedisSupervisor
 from gateway.auth import Keyring, write_key_file
@@ -255,18 +256,12 @@ class Runtime:
         s = self.settings
         for attempt in itertools.count():
             t0 = time.perf_counter()
-            try:
-                embedder = await self.embeddings.embedder()
-            except Exception as exc:  # its files are missing or broken: no retry mends that
-                self.cache_failure = f"cache start failed: the embedder did not load: {exc}"
-                log.error("%s (serving uncached)", self.cache_failure)
-                return
             runtime = CacheRuntime(
                 redis_url=s.redis_url,
                 data_dir=s.redis_data_dir,
                 maxmemory=s.redis_maxmemory,
                 max_connections=s.redis_max_connections,
-                embedder=embedder,
+                embedder=self.embeddings.embedder,  # lent: /v1/embeddings serves it too
                 thresholds=Thresholds(s.threshold, dict(s.model_thresholds),
                                       dict(s.tenant_thresholds)),
                 policy=CachePolicy(max_temperature=s.cache_max_temperature),
@@ -275,6 +270,10 @@ class Runtime:
             )  # fmt: skip
             try:
                 self.cache = await self._stack.enter_async_context(runtime)
+            except ModelNotLoaded as exc:
+                self.cache_failure = f"cache start failed: {exc}"
+                log.error("%s (serving uncached)", self.cache_failure)
+                return
             except Exception as exc:
                 delay = CACHE_RETRY_SECONDS[min(attempt, len(CACHE_RETRY_SECONDS) - 1)]
                 self.cache_failure = f"cache start failed, retrying in {delay} s: {exc}"
@@ -294,7 +293,8 @@ class Runtime:
             where = (
                 f"embedded Redis Stack at {server.url}" if server else redacted(s.redis_url or "")
             )
-            log.info("cache ready in %.1f s: %s", time.perf_counter() - t0, where)
+            took = ", ".join(f"{name} {t:.2f} s" for name, t in runtime.load_times.items())
+            log.info("cache ready in %.1f s (%s): %s", time.perf_counter() - t0, took, where)
             return
 
     async def _end_in_flight(self) -> None:

@@ -10,6 +10,13 @@ rank `RANK`) and the head, on the English fit sets: the shipped file
 (`cross_encoder.safetensors`) holds only those, 2.7 MB. Loading adds each
 change to its layer once, so a pair costs one forward of the plain model.
 
+Serving (`CrossEncoder`) loads a prepared form: the folded model, its pooling and its
+head traced and frozen as one TorchScript module, float32, whose logits are the eager
+model's. It is built at the first load (~3.4 s, through transformers) and kept on disk by
+cache/encoder_store.py, keyed by the adapter file, the base model's files, torch's
+version and `FORMAT`; a later load takes ~0.2 s and imports no transformers. The fit
+(bench/cross_encoder_fit.py) trains and scores the eager model.
+
 Scoring runs on one worker thread with one torch thread (as the embedder's workers do:
 two teams on two cores wait on each other), off the event loop.
 """
@@ -19,7 +26,10 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import json
-from collections.abc import Sequence
+import logging
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -29,10 +39,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from cache import encoder_store
 from cache.embedder import resolve_embedder_path
 
 if TYPE_CHECKING:
     from transformers import BertModel
+
+log = logging.getLogger(__name__)
 
 BASE = "all-minilm-l6-v2"
 WEIGHTS = Path(str(files("cache.guard").joinpath("cross_encoder.safetensors")))
@@ -50,6 +63,9 @@ MAX_TOKENS = 128  # both questions together; a longer pair is cut from the end
 # logits reach +-6.7), so the guard can tell when no logit could change its answer.
 BOUND = 8.0
 BATCH = 32
+# What a prepared form was built by: bump it when the build changes (`PairScorer`, the
+# folding, the tracing), or old prepared forms keep serving it.
+FORMAT = 1
 
 
 def load_base() -> tuple[BertModel, tokenizers.Tokenizer]:
@@ -102,50 +118,125 @@ def pooled_logit(
     return head(pooled).squeeze(-1)
 
 
+class PairScorer(torch.nn.Module):
+    """A pair batch's tensors (`encode_pairs`) -> logits: the model and the head as one
+    module, the piece that gets traced (and kept on disk: a change here bumps FORMAT)."""
+
+    def __init__(self, model: torch.nn.Module, head: torch.nn.Linear) -> None:
+        super().__init__()
+        self.model = model
+        self.head = head
+
+    def forward(
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> torch.Tensor:
+        batch = {
+            "input_ids": input_ids,
+            "token_type_ids": token_type_ids,
+            "attention_mask": attention_mask,
+        }
+        return pooled_logit(self.model, self.head, batch)
+
+
 @torch.inference_mode()
 def logits(
-    model: torch.nn.Module,
-    head: torch.nn.Linear,
+    scorer: Callable[..., torch.Tensor],
     tokenizer: tokenizers.Tokenizer,
     pairs: Sequence[tuple[str, str]],
 ) -> list[float]:
-    """The logits of (cached, query) pairs, `BATCH` at a time."""
+    """The logits of (cached, query) pairs by a `PairScorer` (eager or traced), `BATCH`
+    at a time."""
     out: list[float] = []
     for i in range(0, len(pairs), BATCH):
-        out += pooled_logit(model, head, encode_pairs(tokenizer, pairs[i : i + BATCH])).tolist()
+        out += scorer(**encode_pairs(tokenizer, pairs[i : i + BATCH])).tolist()
     return out
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The eager cross-encoder: the bundled model with an adapter folded in, and what it
+    was fitted on."""
+
+    scorer: PairScorer
+    tokenizer: tokenizers.Tokenizer
+    fitted_on: list[str]
+
+
+def fold(weights: Path) -> Folded:
+    """The bundled model with the adapter file's changes folded into its layers (LoRA's
+    W + scale * B A, once) and its head."""
+    model, tokenizer = load_base()
+    model.eval()
+    # One read of the file: its metadata, and only the tensors serving needs (not the fit
+    # files' held-out logits).
+    with safe_open(str(weights), framework="pt") as f, torch.no_grad():
+        meta = f.metadata() or {}
+        if meta.get("base") != BASE:
+            raise ValueError(f"{weights} is not a cross-encoder adapter of {BASE}")
+        scale = float(meta["scale"])
+        for name, linear in adapted_linears(model).items():
+            linear.weight += scale * f.get_tensor(f"{name}.b") @ f.get_tensor(f"{name}.a")
+        weight, bias = f.get_tensor("head.weight"), f.get_tensor("head.bias")
+        head = torch.nn.Linear(weight.shape[1], 1)  # one logit from a pooled state
+        head.load_state_dict({"weight": weight, "bias": bias})
+    fitted_on = [name for name, _, _ in json.loads(meta.get("files", "[]"))]
+    return Folded(PairScorer(model, head).eval(), tokenizer, fitted_on)
+
+
+def build(weights: Path) -> encoder_store.Stored:
+    """The prepared form: the folded model traced and frozen. The traced graph keeps its
+    shapes dynamic once it sees a padded batch (transformers takes no shape-dependent
+    branch then), so two pairs of different lengths are its sample."""
+    folded = fold(weights)
+    sample = encode_pairs(folded.tokenizer, [("a pair", "to trace"), ("a longer one", "to pad")])
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TorchScript's and transformers' tracer warnings
+        traced = torch.jit.trace(folded.scorer, example_kwarg_inputs=sample, check_trace=False)
+        frozen = torch.jit.freeze(traced)
+    return encoder_store.Stored(frozen, folded.tokenizer, {"fitted_on": folded.fitted_on})
+
+
+def prepared(weights: Path) -> encoder_store.Stored:
+    """The prepared form of the adapter file `weights`: from disk, else built and kept."""
+    _, base = resolve_embedder_path(BASE)
+    name = [str(weights.resolve()), str(base.resolve())]
+    where = encoder_store.entry_file("cross-encoders", name)
+    key = {
+        "format": FORMAT,
+        "adapter": encoder_store.files_key(weights),
+        "base": encoder_store.files_key(base),
+        "torch": torch.__version__,
+    }
+    stored = encoder_store.read(where, key)
+    if stored is None:
+        log.info("building the cross-encoder's prepared form of %s (kept in %s)", weights, where)
+        stored = build(weights)
+        encoder_store.write(where, key, stored)
+    return stored
 
 
 class CrossEncoder:
     """`score(cached, query)` -> the logit that the two ask the same thing."""
 
     def __init__(self, weights: Path = WEIGHTS) -> None:
-        self.model, self._tokenizer = load_base()
-        self.model.eval()
-        # One read of the file: its metadata, and only the tensors serving needs (not the
-        # fit files' held-out logits).
-        with safe_open(str(weights), framework="pt") as f, torch.no_grad():
-            meta = f.metadata() or {}
-            if meta.get("base") != BASE:
-                raise ValueError(f"{weights} is not a cross-encoder adapter of {BASE}")
-            scale = float(meta["scale"])
-            for name, linear in adapted_linears(self.model).items():
-                # LoRA's change, W + scale * B A, folded into the layer once.
-                linear.weight += scale * f.get_tensor(f"{name}.b") @ f.get_tensor(f"{name}.a")
-            weight, bias = f.get_tensor("head.weight"), f.get_tensor("head.bias")
-            self.head = torch.nn.Linear(weight.shape[1], 1)  # one logit from a pooled state
-            self.head.load_state_dict({"weight": weight, "bias": bias})
-        self.fitted_on: list[str] = [name for name, _, _ in json.loads(meta.get("files", "[]"))]
+        stored = prepared(weights)
+        self._scorer = stored.module
+        self._tokenizer = stored.tokenizer
+        self.fitted_on: list[str] = list(stored.numbers["fitted_on"])
         self._worker = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="cross-encoder", initializer=_one_thread
         )
+        # TorchScript optimises the graph over its first two calls (~60 and ~30 ms for a
+        # pair, ~10 ms after, whatever the shape): made here, not by the first lookups.
+        for _ in range(2):
+            self._worker.submit(logits, self._scorer, self._tokenizer, [("warm", "up")])
 
     def score(self, cached: str, query: str) -> float:
         return self.score_many([(cached, query)])[0]
 
     def score_many(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         """Logits of (cached, query) pairs, on the worker (blocking the caller)."""
-        job = self._worker.submit(logits, self.model, self.head, self._tokenizer, list(pairs))
+        job = self._worker.submit(logits, self._scorer, self._tokenizer, list(pairs))
         return job.result()
 
     def close(self) -> None:

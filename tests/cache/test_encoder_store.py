@@ -4,11 +4,8 @@ sentence-transformers nor transformers; a corrupt or stale entry is rebuilt."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +13,8 @@ import pytest
 
 from cache import Embedder, encoder_store
 from cache.embedder import resolve_embedder_path
+from tests.cache.fresh_process import in_fresh_process
 
-ROOT = Path(__file__).parents[2]
 LONG = " ".join(f"word{i} of a long prompt" for i in range(200))  # ~1000 tokens
 TEXTS = [
     "",
@@ -77,23 +74,13 @@ def test_warm_start_in_a_fresh_process_skips_sentence_transformers(cache_dir: Pa
     parent = Embedder()
     vec = parent.encode([TEXTS[5]])[0]
     parent.close()
-    script = (
-        "import json, sys\n"
+    code = (
         "from cache import Embedder\n"
         "emb = Embedder()\n"
-        f"vec = emb.encode([{TEXTS[5]!r}])[0]\n"
+        f"result = emb.encode([{TEXTS[5]!r}])[0].tolist()\n"
         "emb.close()\n"
-        "loaded = [m for m in ('sentence_transformers', 'transformers') if m in sys.modules]\n"
-        "print(json.dumps({'loaded': loaded, 'vec': vec.tolist()}))\n"
     )
-    env = {**os.environ, "SEMGATE_CACHE_DIR": str(cache_dir)}
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    child = json.loads(done.stdout.strip().splitlines()[-1])
-    assert child["loaded"] == []
-    assert child["vec"] == vec.tolist()
+    assert in_fresh_process(code, cache_dir) == {"result": vec.tolist(), "imported": []}
 
 
 def test_corrupt_entry_is_rebuilt(cache_dir: Path) -> None:

@@ -86,6 +86,18 @@ def squat(port: int, timeout: float = 10) -> socket.socket:
             time.sleep(0.005)
 
 
+def test_the_start_up_log_says_how_long_each_piece_of_the_cache_took(
+    servers: tuple[Server, Server],
+):
+    gateway = servers[0]
+    pieces = ("Redis", "embedder", "multilingual embedder", "cross-encoder")
+    took = ", ".join(rf"{name} \d+\.\d\d s" for name in pieces)
+    started = rf"cache ready in \d+\.\d s \({took}\): embedded Redis Stack at redis://"
+    assert re.search(started, gateway.log_path.read_text()), gateway.log()
+    weights = r"multilingual embedder's weights loaded in \d+\.\d\d s"
+    until("the weights are loaded", lambda: bool(re.search(weights, gateway.log_path.read_text())))
+
+
 def test_a_killed_embedded_redis_is_restarted_with_its_data(servers: tuple[Server, Server]):
     gateway = servers[0]
     admin = client_of(gateway, ADMIN, timeout=30)
@@ -222,6 +234,8 @@ def test_an_unreachable_redis_url_leaves_chat_ready_and_uncached(
     refused = httpx.get(gateway.url + "/admin/cache/stats", headers=ADMIN_HEADERS)
     assert refused.status_code == 503
     assert "not ready yet" in refused.json()["error"]["message"]
+    # The models load once Redis is up: no attempt loaded them in vain.
+    assert "multilingual embedder's weights" not in gateway.log_path.read_text()
 
 
 def test_an_external_redis_is_pinged(tmp_path: Path):

@@ -1,10 +1,14 @@
 """The cross-encoder: the shipped adapter records the English fit sets, loading folds its
-changes into the layers faithfully, and training learns. What it earns on held-back sets
-is tested beside the verifier it feeds (tests/bench/test_verifier_fit.py)."""
+changes into the layers faithfully, serving's prepared form scores as the eager model and
+is kept on disk until its sources change, and training learns. What it earns on held-back
+sets is tested beside the verifier it feeds (tests/bench/test_verifier_fit.py)."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +18,10 @@ import torch
 from bench.calibrate import Pair, load_pairs
 from bench.cross_encoder_fit import adapted_model, read_held_out, save, train
 from cache import Embedder, Guard
-from cache.guard.cross_encoder import CrossEncoder, shared
+from cache.guard.cross_encoder import WEIGHTS, CrossEncoder, fold, logits, shared
 from cache.guard.pair_features import pair_features
 from cache.guard.verifier import Verifier
+from tests.cache.fresh_process import in_fresh_process
 
 ROOT = Path(__file__).parents[3]
 PAIRS = [
@@ -31,7 +36,14 @@ def test_the_shipped_adapter_records_the_english_fit_sets():
     assert shared().fitted_on == fitted["english"]
 
 
-def test_loading_folds_each_change_into_its_layer(tmp_path: Path):
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where prepared forms of the tests' own adapters are kept."""
+    monkeypatch.setenv("SEMGATE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_loading_folds_each_change_into_its_layer(tmp_path: Path, cache_dir: Path):
     adapted = adapted_model()
     plain = adapted.logits(PAIRS)
     with torch.no_grad():
@@ -51,6 +63,47 @@ def test_loading_folds_each_change_into_its_layer(tmp_path: Path):
         loaded.close()
     # The changes matter: without them the head reads other states.
     assert not torch.allclose(plain, expected, atol=1e-2)
+
+
+def test_serving_scores_as_the_eager_model():
+    # The prepared form (traced, frozen, read from disk) against the eager model it was
+    # built from, on real pairs: in batches (padded) and one pair at a time.
+    eager = fold(WEIGHTS)
+    pairs = [(p.cached, p.query) for p in load_pairs(ROOT / "data" / "cache_pairs_holdout.jsonl")]
+    expected = logits(eager.scorer, eager.tokenizer, pairs)
+    assert shared().score_many(pairs) == pytest.approx(expected, abs=1e-5)
+    alone = [logits(eager.scorer, eager.tokenizer, [pair])[0] for pair in pairs[:20]]
+    assert [shared().score(*pair) for pair in pairs[:20]] == pytest.approx(alone, abs=1e-5)
+    assert shared().fitted_on == eager.fitted_on
+
+
+def test_the_prepared_form_is_kept_and_built_again_once_its_adapter_changes(
+    tmp_path: Path, cache_dir: Path, caplog: pytest.LogCaptureFixture
+):
+    adapter = tmp_path / "adapter.safetensors"
+    shutil.copy2(WEIGHTS, adapter)
+    caplog.set_level(logging.INFO, "cache.guard.cross_encoder")
+    built = CrossEncoder(adapter)
+    scores = built.score_many(PAIRS)
+    built.close()
+    assert "building the cross-encoder's prepared form" in caplog.text
+    assert len(list((cache_dir / "cross-encoders").glob("*.pt"))) == 1
+    # A fresh process loads it, with the same logits and without importing transformers.
+    code = (
+        "from pathlib import Path\n"
+        "from cache.guard.cross_encoder import CrossEncoder\n"
+        f"result = CrossEncoder(Path({str(adapter)!r})).score_many({PAIRS!r})\n"
+    )
+    assert in_fresh_process(code, cache_dir) == {"result": scores, "imported": []}
+    # Another adapter file (here, the same bytes touched) is built again, in the entry's place.
+    caplog.clear()
+    stat = adapter.stat()
+    os.utime(adapter, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    rebuilt = CrossEncoder(adapter)
+    assert rebuilt.score_many(PAIRS) == scores
+    rebuilt.close()
+    assert "building the cross-encoder's prepared form" in caplog.text
+    assert len(list((cache_dir / "cross-encoders").glob("*.pt"))) == 1
 
 
 def test_training_learns_the_labels():
