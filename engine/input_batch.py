@@ -48,6 +48,9 @@ class ModelInputs:
     positions: torch.Tensor
     attn_meta: Any
     logit_rows: torch.Tensor  # flat rows of the wanted logits, in the given rows' order
+    # Whether logit_rows is every flat row in order (a step of decodes): the hidden states
+    # are the logits' input as they are, no rows picked.
+    every_row: bool = False
 
 
 class InputBatch:
@@ -96,6 +99,11 @@ class InputBatch:
         # Token offsets, and a step of decodes' query starts (0 .. n).
         self.arange = np.arange(max(max_num_tokens, max_num_seqs + 1), dtype=np.int64)
         self.metadata = attention.metadata_builder(self.limits)
+        # (rows, real rows) when query_lens, query_start and logit_rows hold the last
+        # build's step of decodes (a token and its logits a row), which the next such step
+        # of that size need not write again (engine/persistent_batch.py); None after any
+        # other build.
+        self.decode_layout: tuple[int, int] | None = None
         # The host buffers are rewritten by the next build: it first waits until this
         # build's copies have read them (a step that samples syncs anyway, a step of
         # prefill chunks alone does not).
@@ -103,6 +111,7 @@ class InputBatch:
 
     def build(self, rows: list[BatchRow]) -> ModelInputs:
         """The step's inputs: views of the buffers, valid until the next build."""
+        self.decode_layout = None
         if all(len(row.token_ids) == row.num_logits == 1 and not row.num_pad for row in rows):
             return self._build_decodes(rows)
         return self._build_rows(rows)
@@ -212,7 +221,9 @@ class InputBatch:
         self.block_tables[: n * width] = flat
         return self.block_tables[: n * width].reshape(n, width)
 
-    def finish(self, n: int, num_tokens: int, num_logits: int, tables: np.ndarray) -> ModelInputs:
+    def finish(
+        self, n: int, num_tokens: int, num_logits: int, tables: np.ndarray, every_row: bool = False
+    ) -> ModelInputs:
         """The device views of the first n rows' buffers, and the backend's metadata over
         `tables` ([n, width] host block tables, any row stride), once a build (this one's,
         or engine/persistent_batch.py's) has written them."""
@@ -230,6 +241,7 @@ class InputBatch:
             self.positions.copy(num_tokens),
             self.metadata.build(batch),
             self.logit_rows.copy(num_logits),
+            every_row,
         )
         if self._copied is not None:
             self._copied.record()

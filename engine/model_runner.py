@@ -81,6 +81,9 @@ class ModelRunner:
             )
         )
         self.sampler = Sampler(device, seed)
+        # Whether the last compute_logits was a step of decodes alone, its logits one row
+        # a sequence in batch order.
+        self.decoded = False
         # A draft model's proposer, given by the engine that built it: each step writes a
         # separate draft's KV for the tokens the target computed. None without one.
         self.drafter: DraftProposer | None = None
@@ -138,6 +141,10 @@ class ModelRunner:
         logits = self.compute_logits(batch)
         if logits is None:
             return []
+        if self.decoded:  # one token a sequence, each sampling, none speculating
+            if not self.rows.num_random:
+                return [[token] for token in self.sampler(logits, None, [])]
+            return [[token] for token in self._sample([item.seq for item in batch], logits)]
         sampling = [item for item in batch if item.samples]
         speculating = [i for i, item in enumerate(sampling) if item.spec_token_ids]
         if not speculating:  # most steps: one row a sampling sequence, in batch order
@@ -193,12 +200,15 @@ class ModelRunner:
         inputs = self.rows.build(batch, step, key)
         if graphs is not None and key is not None:
             hidden = graphs.run(inputs, key)
-        else:
-            hidden = self.model(
+        else:  # forward itself: Module.__call__'s hook checks cost a step ~10 us
+            hidden = self.model.forward(
                 inputs.input_ids, inputs.positions, self.attention, self.kv_caches, inputs.attn_meta
             )
         if self.drafter is not None:
             self.drafter.keep_in_step(inputs)
         if not len(inputs.logit_rows):
             return None
+        self.decoded = inputs.every_row
+        if inputs.every_row:  # a step of decodes: each row is a sequence's last token
+            return self.model.compute_logits(hidden)
         return self.model.compute_logits(hidden.index_select(0, inputs.logit_rows))

@@ -97,8 +97,7 @@ class PersistentBatch:
         inputs: list[int] = []  # a decode's input token and KV slot
         slots: list[int] = []
         max_query, all_logits = 1, True
-        for item in scheduled:
-            seq, num_new = item.seq, item.num_new_tokens
+        for seq, num_new, spec, samples in scheduled:
             start, table, tokens = seq.num_computed_tokens, seq.block_table, seq.token_ids
             starts.append(start)
             lens.append(len(table))
@@ -107,7 +106,7 @@ class PersistentBatch:
                 slots.append(table[start // bs] * bs + start % bs)
             elif num_new > max_query:
                 max_query = num_new
-            if all_logits and (not item.samples or num_new != 1 + len(item.spec_token_ids)):
+            if all_logits and (not samples or num_new != 1 + len(spec)):
                 all_logits = False
             r = row_of.get(seq.request_id, -1)
             if r < 0 or tables[r] is not table:
@@ -116,7 +115,11 @@ class PersistentBatch:
                 continue
             rows.append(r)
             have = num_tokens[r]
-            if len(tokens) != have:  # what the last step appended
+            if len(tokens) == have + 1:  # the token the last step appended
+                token_at.append(r * row_len + have)
+                token_ids.append(tokens[have])
+                num_tokens[r] = have + 1
+            elif len(tokens) != have:  # the tokens of a verification
                 base = r * row_len
                 token_at += range(base + have, base + len(tokens))
                 token_ids += tokens[have:]
@@ -178,10 +181,12 @@ class PersistentBatch:
         positions[:] = step.starts
         np.add(positions, 1, out=inputs.context_lens[:bucket])
         inputs.table_lens[:bucket] = step.table_lens
-        inputs.query_lens[:bucket] = 1
-        inputs.query_start[: bucket + 1] = self.arange[: bucket + 1]
-        inputs.logit_rows.np[:n] = self.arange[:n]
-        return inputs.finish(bucket, bucket, n, self.block_tables[:bucket, :width])
+        if inputs.decode_layout != (bucket, n):  # else the last build wrote these
+            inputs.query_lens[:bucket] = 1
+            inputs.query_start[: bucket + 1] = self.arange[: bucket + 1]
+            inputs.logit_rows.np[:n] = self.arange[:n]
+            inputs.decode_layout = (bucket, n)
+        return inputs.finish(bucket, bucket, n, self.block_tables[:bucket, :width], bucket == n)
 
     def _build_rows(
         self, scheduled: list[ScheduledSequence], step: StepRows, key: GraphKey | None
@@ -189,6 +194,7 @@ class PersistentBatch:
         """Any step: prefill chunks, verifications, pads (InputBatch's general build, over
         the rows)."""
         inputs, bs, row_len = self.inputs, self.block_size, self.row_len
+        inputs.decode_layout = None
         n = len(scheduled)
         bucket, query_len = key if key is not None else (n, 0)
         # Per row (row order), the query's tokens, pads after them, and logits wanted.
