@@ -55,7 +55,9 @@ class AttentionBatch:
     context_lens: np.ndarray  # [n] tokens in its cache after the step (earlier + query)
     query_start: np.ndarray  # [n + 1] each row's first flat token, then the total
     table_lens: np.ndarray  # [n] blocks in its table (enough for context_lens)
-    block_tables: np.ndarray  # [n, max table_lens], padded with the null block
+    # [n, >= max table_lens], padded with the null block; rows at any stride (views of
+    # the persistent batch's rows)
+    block_tables: np.ndarray
     slot_mapping: torch.Tensor  # [tokens] on the device: each token's KV slot
 
 

@@ -9,6 +9,8 @@ requests and aborts in, each step's new tokens and the engine's stats out.
 
 from __future__ import annotations
 
+import functools
+import gc
 import logging
 import os
 import queue
@@ -78,19 +80,27 @@ class StepReport:
     step: StepTime | None  # the step it follows; None after messages only (or a failed step)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # The outputs travel as plain tuples: a NamedTuple pickles through a Python call
-        # per item, 7x a tuple's cost (45 us of a 64-request step's 1.1 ms host time).
-        outputs = [tuple(out) for out in self.outputs]
-        return _step_report, (outputs, self.failures, self.stats, self.step)
+        # The outputs travel as columns, one tuple a field, and the step as a plain tuple:
+        # a NamedTuple pickles through a Python call per item, 7x a tuple's cost, and of
+        # a step's 64 outputs most fields are the same False or None (columns pickled
+        # in 12 us where the tuples of each output took 17, and unpickled in half).
+        columns = tuple(zip(*self.outputs, strict=True))
+        step = None if self.step is None else tuple(self.step)
+        return _step_report, (columns, self.failures, self.stats, step)
 
 
 def _step_report(
-    outputs: list[tuple[Any, ...]],
+    columns: tuple[tuple[Any, ...], ...],
     failures: list[RequestFailure],
     stats: EngineStats,
-    step: StepTime | None,
+    step: tuple[float, int, int] | None,
 ) -> StepReport:
-    return StepReport([CoreOutput._make(out) for out in outputs], failures, stats, step)
+    outputs = list(map(_new_output, zip(*columns, strict=True)))
+    return StepReport(outputs, failures, stats, None if step is None else StepTime(*step))
+
+
+# A CoreOutput from its fields' tuple, without NamedTuple's Python-level __new__.
+_new_output = functools.partial(tuple.__new__, CoreOutput)
 
 
 ClientMessage = AddRequest | AbortRequest | Probe | None  # None: shut down
@@ -153,6 +163,10 @@ def main() -> None:
         engine.runner.graph_mode,
     )
     conn.send(ready)
+    # What exists now (the model, the engine) lives as long as the process: the cyclic
+    # collector leaves it alone from here on, so a full collection in the step loop only
+    # scans what the steps made (vLLM's engine core freezes its heap too).
+    gc.freeze()
     _CoreLoop(engine, conn).run()
     engine.close()
 

@@ -34,18 +34,17 @@ KV_CACHE_DTYPES = (torch.float32, torch.bfloat16)
 @dataclass
 class CpuAttentionMetadata:
     slot_mapping: torch.Tensor  # [tokens] each new token's KV slot
-    block_tables: torch.Tensor  # [rows, width] contiguous
+    block_tables: torch.Tensor  # [rows, width], rows at any stride
     token_row: torch.Tensor  # [tokens] each token's row of block_tables
     token_keys: torch.Tensor  # [tokens] keys each token sees: its position + 1
 
 
 class CpuMetadataBuilder:
-    """The kernel's per-token rows and key counts, and the tables, in buffers allocated
-    once for the largest step."""
+    """The kernel's per-token rows and key counts, in buffers allocated once for the
+    largest step; the kernel reads the block tables where the batch keeps them."""
 
     def __init__(self, limits: StepLimits) -> None:
         cpu = torch.device("cpu")
-        self.tables = StagedBuffer(limits.max_num_seqs * limits.max_blocks, cpu)
         self.token_row = StagedBuffer(limits.max_num_tokens, cpu)
         self.token_keys = StagedBuffer(limits.max_num_tokens, cpu)
         self.rows = np.arange(limits.max_num_seqs, dtype=np.int64)
@@ -65,11 +64,9 @@ class CpuMetadataBuilder:
             # many keys plus its own, j being its flat index less its row's first.
             first = batch.context_lens - batch.query_start[:-1] - lens + 1
             np.add(first[row], self.offsets[:num_tokens], out=keys)
-        tables = batch.block_tables
-        self.tables.np[: tables.size] = tables.ravel()
         return CpuAttentionMetadata(
             batch.slot_mapping,
-            self.tables.copy(*tables.shape),
+            torch.from_numpy(batch.block_tables),
             self.token_row.copy(num_tokens),
             self.token_keys.copy(num_tokens),
         )

@@ -70,34 +70,29 @@ class GraphRunner:
         self.signatures: dict[GraphKey, tuple[Any, ...] | None] = {}
         self.hidden: torch.Tensor | None = None  # the graphs' output rows
 
-    def plan(self, rows: list[BatchRow]) -> GraphKey | None:
+    def plan(self, num_rows: int, query_len: int) -> GraphKey | None:
         """The bucket of a step of decodes and verifications (every token of every row
-        wants its logits), or None for a step that runs as it is."""
-        if any(row.num_logits != len(row.token_ids) for row in rows):
-            return None
-        query_len = max(len(row.token_ids) for row in rows)
-        bucket = next((b for b in self.buckets if b >= len(rows)), None)
+        wants its logits; query_len: the longest row), or None for a step that runs as
+        it is."""
+        bucket = next((b for b in self.buckets if b >= num_rows), None)
         if bucket is None or query_len not in self.query_lens:
             return None
         return bucket, query_len
 
-    def run(self, rows: list[BatchRow], key: GraphKey) -> tuple[ModelInputs, torch.Tensor]:
-        """The step padded to its bucket: its inputs and the hidden states of all its
-        rows (the real ones first, in the given order)."""
-        bucket, query_len = key
-        padded = [row._replace(num_pad=query_len - len(row.token_ids)) for row in rows]
-        padded += [_pad_row(query_len)] * (bucket - len(rows))
-        inputs = self.inputs.build(padded)
+    def run(self, inputs: ModelInputs, key: GraphKey) -> torch.Tensor:
+        """The hidden states of a step built padded to its bucket `key` (every row
+        query_len tokens, pads after the real ones; pad rows after the real rows)."""
         signature = _signature(inputs) if self.attention.graphable else None
         expected = self.signatures.setdefault(key, signature)
         if signature != expected:
             raise RuntimeError(f"a padded step of {key} read other buffers than its first")
         graph = self.graphs.get(key)
         if graph is None:
-            return inputs, self.forward(inputs)
+            return self.forward(inputs)
         graph.replay()
         assert self.hidden is not None
-        return inputs, self.hidden[: bucket * query_len]
+        bucket, query_len = key
+        return self.hidden[: bucket * query_len]
 
     def forward(self, inputs: ModelInputs) -> torch.Tensor:
         """The step itself: a function of the buffers the inputs are views of."""
@@ -126,7 +121,7 @@ class GraphRunner:
         log.info("capturing %d CUDA graphs (batch sizes %s)", len(keys), self.buckets)
         pool = None
         for bucket, query_len in keys:
-            inputs = self.inputs.build([_pad_row(query_len)] * bucket)
+            inputs = self.inputs.build(pad_rows([], (bucket, query_len)))
             self.signatures[bucket, query_len] = _signature(inputs)
             self.forward(inputs)  # warm-up: kernels compiled and loaded before capture
             torch.cuda.synchronize()
@@ -139,9 +134,12 @@ class GraphRunner:
         log.info("captured %d CUDA graphs in %.2fs", len(keys), time.perf_counter() - started)
 
 
-def _pad_row(query_len: int) -> BatchRow:
-    """A row of pad tokens only (see InputBatch)."""
-    return BatchRow([], 0, [], 0, num_pad=query_len)
+def pad_rows(rows: list[BatchRow], key: GraphKey) -> list[BatchRow]:
+    """Rows padded to the bucket `key`: pad tokens after each row's own to query_len, then
+    rows of pad tokens alone (see InputBatch)."""
+    bucket, query_len = key
+    padded = [row._replace(num_pad=query_len - len(row.token_ids)) for row in rows]
+    return padded + [BatchRow([], 0, [], 0, num_pad=query_len)] * (bucket - len(rows))
 
 
 def _signature(inputs: ModelInputs) -> tuple[Any, ...]:

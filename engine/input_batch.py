@@ -1,5 +1,7 @@
 """Builds a step's flat batch (token ids, positions, KV slots, block tables, logit rows)
-into persistent buffers.
+into persistent buffers, from rows given whole (the draft model's steps, CUDA graph
+capture, tools). The target model's steps come from the request rows that
+engine/persistent_batch.py keeps across steps, built into these same buffers.
 
 Every buffer is allocated once, sized for the largest step (max_num_batched_tokens
 tokens, max_num_seqs sequences), and a step uses views of its first rows: a step of
@@ -46,6 +48,9 @@ class ModelInputs:
     positions: torch.Tensor
     attn_meta: Any
     logit_rows: torch.Tensor  # flat rows of the wanted logits, in the given rows' order
+    # Whether logit_rows is every flat row in order (a step of decodes): the hidden states
+    # are the logits' input as they are, no rows picked.
+    every_row: bool = False
 
 
 class InputBatch:
@@ -81,8 +86,10 @@ class InputBatch:
         self.slot_mapping = StagedBuffer(max_num_tokens, device)
         self.logit_rows = StagedBuffer(max_num_tokens, device)
         # Host only: what the attention metadata is derived from. Row i of a step's
-        # [n, width] tables is entries i * width ..: the view is contiguous.
-        self.block_tables = np.zeros(max_num_seqs * max_blocks, dtype=np.int64)
+        # [n, width] tables is entries i * width ..: the view is contiguous. A tensor's
+        # memory, which the CPU kernel reads in place.
+        self.block_tables_host = torch.zeros(max_num_seqs * max_blocks, dtype=torch.long)
+        self.block_tables = self.block_tables_host.numpy()
         self.query_lens = np.zeros(max_num_seqs, dtype=np.int64)
         self.starts = np.zeros(max_num_seqs, dtype=np.int64)
         self.context_lens = np.zeros(max_num_seqs, dtype=np.int64)
@@ -92,6 +99,11 @@ class InputBatch:
         # Token offsets, and a step of decodes' query starts (0 .. n).
         self.arange = np.arange(max(max_num_tokens, max_num_seqs + 1), dtype=np.int64)
         self.metadata = attention.metadata_builder(self.limits)
+        # (rows, real rows) when query_lens, query_start and logit_rows hold the last
+        # build's step of decodes (a token and its logits a row), which the next such step
+        # of that size need not write again (engine/persistent_batch.py); None after any
+        # other build.
+        self.decode_layout: tuple[int, int] | None = None
         # The host buffers are rewritten by the next build: it first waits until this
         # build's copies have read them (a step that samples syncs anyway, a step of
         # prefill chunks alone does not).
@@ -99,6 +111,7 @@ class InputBatch:
 
     def build(self, rows: list[BatchRow]) -> ModelInputs:
         """The step's inputs: views of the buffers, valid until the next build."""
+        self.decode_layout = None
         if all(len(row.token_ids) == row.num_logits == 1 and not row.num_pad for row in rows):
             return self._build_decodes(rows)
         return self._build_rows(rows)
@@ -127,7 +140,7 @@ class InputBatch:
             # Pad tokens past the table's end see (and so need) the null block.
             tlens.append(max(len(table), (row_start + query_len + bs - 1) // bs))
         num_tokens, width = len(ids), max(tlens)
-        self._check_fits(num_tokens, n, width)
+        self.check_fits(num_tokens, n, width)
         self.input_ids.np[:num_tokens] = ids
         q, start, ctx = self.query_lens[:n], self.starts[:n], self.context_lens[:n]
         q[:] = qlens
@@ -155,7 +168,7 @@ class InputBatch:
                 last = ends[i] - row.num_pad
                 logit_rows += range(last - row.num_logits, last)
         self.logit_rows.np[: len(logit_rows)] = logit_rows
-        return self._inputs(n, num_tokens, len(logit_rows), tables)
+        return self.finish(n, num_tokens, len(logit_rows), tables)
 
     def _build_decodes(self, rows: list[BatchRow]) -> ModelInputs:
         """build() for a step of decodes alone (one token a row, its logits wanted), the
@@ -166,7 +179,7 @@ class InputBatch:
         starts = [row.start for row in rows]
         tlens = [len(row.block_table) for row in rows]
         width = max(tlens)
-        self._check_fits(n, n, width)
+        self.check_fits(n, n, width)
         self.input_ids.np[:n] = [row.token_ids[0] for row in rows]
         self.positions.np[:n] = starts
         self.slot_mapping.np[:n] = [
@@ -179,9 +192,9 @@ class InputBatch:
         self.query_start[: n + 1] = self.arange[: n + 1]
         tables = self._write_tables(rows, tlens, width)
         self.logit_rows.np[:n] = self.arange[:n]
-        return self._inputs(n, n, n, tables)
+        return self.finish(n, n, n, tables)
 
-    def _check_fits(self, num_tokens: int, n: int, width: int) -> None:
+    def check_fits(self, num_tokens: int, n: int, width: int) -> None:
         """Raises unless a step of this size fits the buffers; then waits until the
         previous build's copies have read them (a CUDA event)."""
         lim = self.limits
@@ -208,8 +221,12 @@ class InputBatch:
         self.block_tables[: n * width] = flat
         return self.block_tables[: n * width].reshape(n, width)
 
-    def _inputs(self, n: int, num_tokens: int, num_logits: int, tables: np.ndarray) -> ModelInputs:
-        """The device views of the first n rows' buffers, and the backend's metadata."""
+    def finish(
+        self, n: int, num_tokens: int, num_logits: int, tables: np.ndarray, every_row: bool = False
+    ) -> ModelInputs:
+        """The device views of the first n rows' buffers, and the backend's metadata over
+        `tables` ([n, width] host block tables, any row stride), once a build (this one's,
+        or engine/persistent_batch.py's) has written them."""
         batch = AttentionBatch(
             self.block_size,
             self.query_lens[:n],
@@ -224,6 +241,7 @@ class InputBatch:
             self.positions.copy(num_tokens),
             self.metadata.build(batch),
             self.logit_rows.copy(num_logits),
+            every_row,
         )
         if self._copied is not None:
             self._copied.record()

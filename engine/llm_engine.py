@@ -24,7 +24,7 @@ from engine.model_runner import ModelRunner
 from engine.outputs import CoreOutput
 from engine.redis_kv_store import RedisKVStore
 from engine.sampling_params import SamplingParams
-from engine.scheduler import ScheduledSequence, Scheduler
+from engine.scheduler import Scheduler
 from engine.sequence import Sequence, Status
 from engine.speculative import Speculator
 from engine.speculator_setup import build_speculator
@@ -242,7 +242,15 @@ class LLMEngine:
         spec = self.speculator
         new_tokens = self.runner.execute(scheduled, spec.draft_probs if spec else {})
         seconds = time.perf_counter() - started
-        num_prefill = sum(_prefill_tokens(item) for item in scheduled)
+        # Tokens computed, and of them prompt (or a preempted request's recomputed) ones:
+        # all of an item's real query tokens unless it is one decode (plus proposals) of
+        # a request that has had its first token. Read before the update advances it.
+        num_computed = num_prefill = 0
+        for seq, num_new, spec_ids, _ in scheduled:
+            num_computed += num_new
+            num_real = num_new - len(spec_ids)
+            if num_real != 1 or not seq.metrics.token_times:
+                num_prefill += num_real
         if spec is not None:
             sampling = (item for item in scheduled if item.samples)
             for item, tokens in zip(sampling, new_tokens, strict=True):
@@ -250,10 +258,10 @@ class LLMEngine:
         sampled = self.scheduler.update(scheduled, new_tokens)
         if connector is not None:  # the finished saved theirs (request_finished)
             connector.save_kv([item.seq for item in scheduled if not item.seq.finished])
+        finished = Status.FINISHED
         for seq, _ in sampled:
-            if seq.finished:
+            if seq.status is finished:
                 self._forget(seq)
-        num_computed = sum(item.num_new_tokens for item in scheduled)
         self.stats.computed_tokens += num_computed
         if spec is not None:
             spec.observe_step(num_computed, seconds)
@@ -261,6 +269,14 @@ class LLMEngine:
         now = time.perf_counter()
         outputs = answered
         for seq, appended in sampled:
+            tokens = seq.token_ids
+            if seq.status is not finished and len(tokens) - seq.num_prompt_tokens != appended:
+                # Most outputs: a running request's new tokens, no counters (_output's
+                # tuple, made without NamedTuple's Python-level __new__).
+                new = tokens[len(tokens) - appended :]
+                out = (seq.request_id, new, False, None, now, None, None)
+                outputs.append(tuple.__new__(CoreOutput, out))
+                continue
             output = self._output(seq, appended, now)
             # A prefill server's answer names KV that is only good once saved.
             if seq.kv_transfer_params is not None and seq.request_id in self.scheduler.held:
@@ -371,13 +387,3 @@ def _without_password(url: str) -> str:
     if parts.port is not None:
         netloc += f":{parts.port}"
     return parts._replace(netloc=netloc).geturl()
-
-
-def _prefill_tokens(item: ScheduledSequence) -> int:
-    """Prompt tokens (or a preempted request's recomputed ones) an item computes: all of
-    its real query tokens unless it is one decode (plus proposals) of a request that has
-    had its first token. Read before the scheduler's update advances the sequence."""
-    num_real = item.num_new_tokens - len(item.spec_token_ids)
-    if num_real == 1 and item.seq.metrics.token_times:
-        return 0
-    return num_real

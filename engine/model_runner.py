@@ -11,8 +11,9 @@ import torch
 
 from engine.attention import AttentionBackend
 from engine.graph_runner import GraphRunner, batch_buckets
-from engine.input_batch import BatchRow, InputBatch
+from engine.input_batch import InputBatch
 from engine.model import CausalLM
+from engine.persistent_batch import PersistentBatch
 from engine.sampler import Sampler
 from engine.sampling_params import MAX_SEED
 from engine.scheduler import ScheduledSequence
@@ -60,6 +61,8 @@ class ModelRunner:
             null_block=num_blocks,
             max_pad_tokens=max_spec_tokens if not enforce_eager else 0,
         )
+        # The target's steps, from request rows kept across steps, into those buffers.
+        self.rows = PersistentBatch(self.inputs, max_model_len, max_query_len)
         # One block more than the block manager's: the null block (see InputBatch).
         self.kv_caches = self.attention.allocate_kv_cache(
             cfg.num_layers, num_blocks + 1, block_size, cfg.num_kv_heads, cfg.head_dim
@@ -78,6 +81,9 @@ class ModelRunner:
             )
         )
         self.sampler = Sampler(device, seed)
+        # Whether the last compute_logits was a step of decodes alone, its logits one row
+        # a sequence in batch order.
+        self.decoded = False
         # A draft model's proposer, given by the engine that built it: each step writes a
         # separate draft's KV for the tokens the target computed. None without one.
         self.drafter: DraftProposer | None = None
@@ -135,6 +141,10 @@ class ModelRunner:
         logits = self.compute_logits(batch)
         if logits is None:
             return []
+        if self.decoded:  # one token a sequence, each sampling, none speculating
+            if not self.rows.num_random:
+                return [[token] for token in self.sampler(logits, None, [])]
+            return [[token] for token in self._sample([item.seq for item in batch], logits)]
         sampling = [item for item in batch if item.samples]
         speculating = [i for i, item in enumerate(sampling) if item.spec_token_ids]
         if not speculating:  # most steps: one row a sampling sequence, in batch order
@@ -169,10 +179,10 @@ class ModelRunner:
 
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> list[int]:
         """One token for each sequence from its row of logits."""
+        if not self.rows.num_random:  # every row of the step is greedy: it draws nothing
+            return self.sampler(logits, None, [])
         params = [seq.params for seq in seqs]
-        # A greedy row draws nothing: no generators unless some row samples.
-        sampled = not all(p.greedy for p in params)
-        generators = [self._seeded_generator(seq) for seq in seqs] if sampled else []
+        generators = [self._seeded_generator(seq) for seq in seqs]
         return self.sampler(logits, params, generators)
 
     def compute_logits(self, batch: list[ScheduledSequence]) -> torch.Tensor | None:
@@ -182,28 +192,23 @@ class ModelRunner:
         bucket (engine/graph_runner.py) unless enforce_eager. The model's forward and
         logits run in inference mode; what is between them needs none (entering it
         here too cost a step ~40 us of host time)."""
-        rows = [batch_row(item) for item in batch]
-        key = self.graphs.plan(rows) if self.graphs is not None else None
-        if self.graphs is not None and key is not None:
-            inputs, hidden = self.graphs.run(rows, key)
-        else:
-            inputs = self.inputs.build(rows)
-            hidden = self.model(
+        step = self.rows.update(batch)
+        graphs = self.graphs
+        key = None
+        if graphs is not None and step.all_logits:
+            key = graphs.plan(len(batch), step.max_query)
+        inputs = self.rows.build(batch, step, key)
+        if graphs is not None and key is not None:
+            hidden = graphs.run(inputs, key)
+        else:  # forward itself: Module.__call__'s hook checks cost a step ~10 us
+            hidden = self.model.forward(
                 inputs.input_ids, inputs.positions, self.attention, self.kv_caches, inputs.attn_meta
             )
         if self.drafter is not None:
             self.drafter.keep_in_step(inputs)
         if not len(inputs.logit_rows):
             return None
+        self.decoded = inputs.every_row
+        if inputs.every_row:  # a step of decodes: each row is a sequence's last token
+            return self.model.compute_logits(hidden)
         return self.model.compute_logits(hidden.index_select(0, inputs.logit_rows))
-
-
-def batch_row(item: ScheduledSequence) -> BatchRow:
-    """A scheduled sequence's part of the step: this step's share of its tokens, then its
-    proposals; logits for its last token and each proposal when the step reaches it."""
-    seq, start = item.seq, item.seq.num_computed_tokens
-    spec = item.spec_token_ids
-    token_ids = seq.token_ids[start : start + item.num_new_tokens - len(spec)]
-    if spec:
-        token_ids += spec
-    return BatchRow(token_ids, start, seq.block_table, 1 + len(spec) if item.samples else 0)

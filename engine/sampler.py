@@ -63,12 +63,13 @@ class Sampler:
     def __call__(
         self,
         logits: torch.Tensor,
-        params: list[SamplingParams],
+        params: list[SamplingParams] | None,
         generators: list[torch.Generator | None],
     ) -> list[int]:
-        """generators: each row's own (seeded requests), or [] when every row is greedy."""
+        """params: each row's, or None when every row is greedy (the caller knows);
+        generators: each row's own (seeded requests), or [] when every row is greedy."""
         greedy = logits.argmax(dim=-1)
-        if all(p.greedy for p in params):
+        if params is None or all(p.greedy for p in params):
             return greedy.tolist()
         sampled = race(sampling_probs(logits, params), self.generator, generators)
         is_greedy = torch.tensor([p.greedy for p in params], device=logits.device)

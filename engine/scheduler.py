@@ -110,15 +110,33 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         scheduled: list[ScheduledSequence] = []
         preempted = False
+        running, block_size = Status.RUNNING, self.block_manager.block_size
         # The budget goes to decodes first (one new token), then speculating decodes,
         # then partial prefills: running streams never wait behind a long prompt.
-        order = sorted(
-            self.running, key=lambda s: (s.num_uncomputed_tokens > 1, bool(s.spec_token_ids))
-        )
-        for seq in order:
+        decodes: list[Sequence] = []
+        speculating: list[Sequence] = []
+        partial: list[Sequence] = []
+        partial_speculating: list[Sequence] = []
+        for seq in self.running:
+            if len(seq.token_ids) - seq.num_computed_tokens > 1:
+                (partial_speculating if seq.spec_token_ids else partial).append(seq)
+            else:
+                (speculating if seq.spec_token_ids else decodes).append(seq)
+        for seq in decodes + speculating + partial + partial_speculating:
             if budget == 0:
                 break
-            if seq.status is not Status.RUNNING:  # preempted earlier in this loop
+            if seq.status is not running:  # preempted earlier in this loop
+                continue
+            computed = seq.num_computed_tokens
+            if (
+                computed + 1 == len(seq.token_ids)
+                and not seq.spec_token_ids
+                and computed < len(seq.block_table) * block_size
+            ):
+                # A decode whose last block has room, most steps' every sequence: nothing
+                # to allocate, and a tuple made without NamedTuple's Python-level __new__.
+                scheduled.append(tuple.__new__(ScheduledSequence, (seq, 1, (), True)))
+                budget -= 1
                 continue
             num_new = min(seq.num_uncomputed_tokens, budget)
             if num_new < seq.num_uncomputed_tokens and not self.enable_chunked_prefill:
@@ -142,10 +160,11 @@ class Scheduler:
                 scheduled.append(ScheduledSequence.of(seq, num_new, spec))
                 budget -= num_new
         # Admitted prompts the budget did not reach this step wait behind other work.
-        served = {id(item.seq) for item in scheduled}
-        for seq in self.running:
-            if not seq.metrics.token_times and id(seq) not in served:
-                seq.metrics.num_prefill_steps_waited += 1
+        if len(scheduled) < len(self.running):
+            served = {id(item.seq) for item in scheduled}
+            for seq in self.running:
+                if not seq.metrics.token_times and id(seq) not in served:
+                    seq.metrics.num_prefill_steps_waited += 1
         # New requests only when nothing had to be preempted for the running ones.
         while (
             self.waiting
@@ -231,28 +250,34 @@ class Scheduler:
         now = time.perf_counter()
         tokens_of = iter(new_tokens)
         sampled: list[tuple[Sequence, int]] = []
-        for item in scheduled:
-            seq = item.seq
+        block_manager = self.block_manager
+        # Whether naming full blocks can have work: a call a sequence saved otherwise.
+        caching, block_size = block_manager.enable_prefix_caching, block_manager.block_size
+        generated = 0
+        for seq, num_new, spec, samples in scheduled:
             if not seq.metrics.token_times:
                 seq.metrics.num_prefill_chunks += 1
-            if not item.samples:
-                seq.num_computed_tokens += item.num_new_tokens
-                self.block_manager.cache_full_blocks(seq)
+            if not samples:
+                seq.num_computed_tokens += num_new
+                block_manager.cache_full_blocks(seq)
                 continue
-            before = seq.num_tokens
+            before = len(seq.token_ids)
             finish = self._append_tokens(seq, next(tokens_of), now)  # may stop inside the run
-            appended = seq.num_tokens - before
+            appended = len(seq.token_ids) - before
             sampled.append((seq, appended))
-            self.num_generated_tokens += appended
+            generated += appended
             # KV stays valid for this step's real inputs and the kept proposals: every
             # appended token but the newest. Slots past that (rejected proposals) are
             # rewritten later, or given back by the trim.
-            seq.num_computed_tokens += item.num_new_tokens - len(item.spec_token_ids) + appended - 1
+            seq.num_computed_tokens += num_new - len(spec) + appended - 1
             if finish is not None:
                 self.finish(seq, finish)
                 continue
-            self.block_manager.trim(seq, seq.num_tokens)
-            self.block_manager.cache_full_blocks(seq)
+            if spec:  # blocks held for proposals; a decode's fit its tokens exactly
+                block_manager.trim(seq, len(seq.token_ids))
+            if caching and len(seq.block_hashes) < seq.num_computed_tokens // block_size:
+                block_manager.cache_full_blocks(seq)
+        self.num_generated_tokens += generated
         return sampled
 
     def _append_tokens(self, seq: Sequence, tokens: list[int], now: float) -> str | None:

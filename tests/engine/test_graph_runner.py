@@ -11,10 +11,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from engine import LLM, SamplingParams
-from engine.graph_runner import _signature, batch_buckets
+from engine.graph_runner import _signature, batch_buckets, pad_rows
 from engine.input_batch import BatchRow
 from engine.llm_engine import LLMEngine
-from engine.model_runner import batch_row
 from tests.engine.conftest import GREEDY_32, needs_kernels
 from tests.engine.prompts import PROMPTS
 
@@ -61,9 +60,10 @@ def _logits_both_ways(engine: LLMEngine, rows: list[BatchRow]) -> tuple[torch.Te
         inputs.input_ids, inputs.positions, runner.attention, runner.kv_caches, inputs.attn_meta
     )
     eager = model.compute_logits(hidden[inputs.logit_rows])
-    key = runner.graphs.plan(rows)
+    key = runner.graphs.plan(len(rows), max(len(row.token_ids) for row in rows))
     assert key is not None and key[0] > len(rows)  # a bucket with pad rows
-    padded_inputs, hidden = runner.graphs.run(rows, key)
+    padded_inputs = runner.inputs.build(pad_rows(rows, key))
+    hidden = runner.graphs.run(padded_inputs, key)
     padded = model.compute_logits(hidden[padded_inputs.logit_rows])
     return eager, padded
 
@@ -129,9 +129,10 @@ def test_a_buckets_steps_read_the_same_buffers(make_llm):
         signatures = []
         for _ in range(3):
             scheduled = engine.scheduler.schedule()
-            rows = [batch_row(item) for item in scheduled]
-            key = engine.runner.graphs.plan(rows)
-            inputs, _ = engine.runner.graphs.run(rows, key)
+            step = engine.runner.rows.update(scheduled)
+            key = engine.runner.graphs.plan(len(scheduled), step.max_query)
+            inputs = engine.runner.rows.build(scheduled, step, key)
+            engine.runner.graphs.run(inputs, key)
             signatures.append(_signature(inputs))
             engine.scheduler.update(scheduled, [[7]] * len(scheduled))
         assert signatures[0] == signatures[1] == signatures[2]
@@ -163,7 +164,8 @@ def test_nothing_in_a_padded_step_reads_back_to_the_host(make_llm, backend):
     try:
         rows = [BatchRow([s.token_ids[-1]], s.num_tokens - 1, s.block_table, 1) for s in seqs]
         graphs = engine.runner.graphs
-        inputs, _ = graphs.run(rows, graphs.plan(rows))
+        key = graphs.plan(len(rows), 1)
+        inputs = engine.runner.inputs.build(pad_rows(rows, key))
         with HostReads() as mode:
             graphs.forward(inputs)
         assert mode.reads == []

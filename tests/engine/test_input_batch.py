@@ -10,9 +10,8 @@ import torch
 from engine.attention import AttentionBackend, AttentionSpec
 from engine.attention_backends import select_attention_backend
 from engine.cpu_attention import CpuAttention
-from engine.input_batch import InputBatch, ModelInputs
+from engine.input_batch import BatchRow, InputBatch, ModelInputs
 from engine.kv_cache import BlockManager
-from engine.model_runner import batch_row
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
@@ -36,6 +35,16 @@ def _builder(
         max_model_len=256,
         null_block=NULL_BLOCK,
     )
+
+
+def batch_row(item: ScheduledSequence) -> BatchRow:
+    """A scheduled sequence's part of a step, given whole: this step's share of its
+    tokens, then its proposals; logits for its last token and each proposal when the
+    step reaches it."""
+    seq, start = item.seq, item.seq.num_computed_tokens
+    spec = item.spec_token_ids
+    token_ids = seq.token_ids[start : start + item.num_new_tokens - len(spec)] + list(spec)
+    return BatchRow(token_ids, start, seq.block_table, 1 + len(spec) if item.samples else 0)
 
 
 def _sequence(name: str, num_tokens: int, computed: int) -> Sequence:

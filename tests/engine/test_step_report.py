@@ -1,5 +1,5 @@
-"""The core process's step report over the pipe: its outputs travel as plain tuples
-(engine/core_process.py) and come back as the CoreOutputs they were."""
+"""The core process's step report over the pipe: its outputs travel as columns of plain
+tuples (engine/core_process.py) and come back as the CoreOutputs they were."""
 
 from __future__ import annotations
 
@@ -24,3 +24,8 @@ def test_a_step_report_comes_back_equal_with_its_outputs_typed():
     assert back == report
     assert all(type(out) is CoreOutput for out in back.outputs)
     assert back.outputs[1].metrics == RequestMetrics(arrival_time=0.5)
+
+
+def test_a_report_without_outputs_or_step_comes_back_equal():
+    report = StepReport([], [], EngineStats(), None)
+    assert pickle.loads(pickle.dumps(report)) == report
