@@ -9,6 +9,7 @@ requests and aborts in, each step's new tokens and the engine's stats out.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import logging
@@ -21,6 +22,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from engine.config import EngineConfig
@@ -147,9 +149,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn = Connection(int(sys.argv[1]))
     config, log_level, log_format = conn.recv()
-    # Niceness is per thread on Linux: set before torch starts its threads, which take
-    # this thread's.
-    os.nice(config.core_nice)
+    _nice(config.core_nice)
     _log_to_stderr(log_level, log_format)
     try:
         engine = LLMEngine(config)
@@ -169,6 +169,18 @@ def main() -> None:
     gc.freeze()
     _CoreLoop(engine, conn).run()
     engine.close()
+
+
+def _nice(nice: int) -> None:
+    """Niceness is per thread on Linux, and importing torch has started a thread already:
+    each thread there is now gets it (those started later take their starter's)."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():  # not Linux: niceness is the process's
+        os.nice(nice)
+        return
+    for tid in tasks.iterdir():
+        with contextlib.suppress(ProcessLookupError):  # a thread that has ended since
+            os.setpriority(os.PRIO_PROCESS, int(tid.name), nice)
 
 
 def _log_to_stderr(level: int, log_format: str) -> None:
