@@ -31,6 +31,8 @@ _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 # with `int`, such as a prompt's items: "Expected `int | str | array`, got `float`").
 _FLOAT_FOR_INT = re.compile(r"^Expected `(?:[^`]* \| )?int(?: \| [^`]*)?`, got `float`")
 
+_NOT_UTF8 = "the body is not valid UTF-8"
+
 
 def _integral(value: Any) -> Any:
     """`value` with its whole floats (5.0) as ints, through lists and objects."""
@@ -82,9 +84,13 @@ def decode_strict(body: bytes, model: type[T]) -> T:
         path = match.group(1).replace("[...]", "") if match else None
         raise validation_error(message, path) from None
     except msgspec.DecodeError as exc:
+        # msgspec 0.23 says "Invalid UTF-8 encoded string" where 0.22 raised
+        # UnicodeDecodeError: both are the same mistake, and one message.
+        if "UTF-8" in str(exc):
+            raise APIError(400, _NOT_UTF8, code="invalid_json") from None
         raise APIError(400, f"could not parse the JSON body: {exc}", code="invalid_json") from None
     except UnicodeDecodeError:
-        raise APIError(400, "the body is not valid UTF-8", code="invalid_json") from None
+        raise APIError(400, _NOT_UTF8, code="invalid_json") from None
     except RecursionError:
         raise APIError(400, "the JSON body is nested too deeply", code="invalid_json") from None
 
