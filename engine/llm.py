@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from engine.config import EngineConfig
 from engine.core_process import (
@@ -31,6 +31,7 @@ from engine.metrics import EngineStats
 from engine.output_processor import OutputProcessor
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.sequence import RequestOptions
 from engine.sequence import Sequence as EngineSequence
 from engine.step_window import StepWindow
 
@@ -86,15 +87,10 @@ class LLM:
         return [final[s.request_id] for s in seqs]
 
     def add_request(
-        self,
-        prompt: Prompt,
-        params: SamplingParams,
-        request_id: str | None = None,
-        cache_salt: str | None = None,
-        kv_transfer_params: dict[str, Any] | None = None,
+        self, prompt: Prompt, params: SamplingParams, **options: Unpack[RequestOptions]
     ) -> str:
         """Queues one request (step() runs it); its id."""
-        seq = self.engine.make_sequence(prompt, params, request_id, cache_salt, kv_transfer_params)
+        seq = self.engine.make_sequence(prompt, params, **options)
         self._add(seq)
         return seq.request_id
 
@@ -202,28 +198,23 @@ class AsyncLLM:
         self,
         prompt: Prompt,
         params: SamplingParams | None = None,
-        request_id: str | None = None,
-        cache_salt: str | None = None,
-        kv_transfer_params: dict[str, Any] | None = None,
+        **options: Unpack[RequestOptions],
     ) -> AsyncGenerator[RequestOutput, None]:
-        """Streams RequestOutputs (deltas) until finished; leaving early aborts the request.
-        Only requests with the same `cache_salt` share prefix-cache blocks;
-        `kv_transfer_params` is vLLM's P/D protocol (engine/kv_connector.py)."""
+        """Streams RequestOutputs (deltas) until finished; leaving early aborts the request."""
         if self._stopped:
             raise EngineDeadError(self._stopped)
         params = params or SamplingParams()
         token_ids = prompt_token_ids(
             prompt, params, self.tokenizer, self.vocab_size, self.max_model_len
         )
-        rid = request_id or uuid.uuid4().hex
+        rid = options.get("request_id") or uuid.uuid4().hex
         if rid in self._streams:
             raise ValueError(f"request id {rid!r} is already running")
         stream = _Stream(asyncio.get_running_loop())
         self._streams[rid] = stream
         state = self.processor.add(rid, token_ids, params)
-        request = AddRequest(
-            rid, token_ids, params, cache_salt, state.metrics.arrival_time, kv_transfer_params
-        )
+        salt, kv = options.get("cache_salt"), options.get("kv_transfer_params")
+        request = AddRequest(rid, token_ids, params, salt, state.metrics.arrival_time, kv)
         finished = False
         if not self._pending:
             self._progress = time.monotonic()
@@ -247,11 +238,10 @@ class AsyncLLM:
         self,
         messages: Messages,
         params: SamplingParams | None = None,
-        request_id: str | None = None,
+        **options: Unpack[RequestOptions],
     ) -> AsyncGenerator[RequestOutput, None]:
-        async for out in self.generate(
-            self.tokenizer.apply_chat_template(messages), params, request_id
-        ):
+        prompt = self.tokenizer.apply_chat_template(messages)
+        async for out in self.generate(prompt, params, **options):
             yield out
 
     def abort(self, request_id: str) -> None:

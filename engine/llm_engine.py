@@ -6,7 +6,7 @@ import logging
 import time
 import uuid
 from dataclasses import replace
-from typing import Any
+from typing import Unpack
 from urllib.parse import urlsplit
 
 import torch
@@ -25,7 +25,7 @@ from engine.outputs import CoreOutput
 from engine.redis_kv_store import RedisKVStore
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
-from engine.sequence import Sequence, Status
+from engine.sequence import RequestOptions, Sequence, Status
 from engine.speculative import Speculator
 from engine.speculator_setup import build_speculator
 from engine.step_window import StepTime, StepWindow
@@ -158,19 +158,15 @@ class LLMEngine:
             log.info("KV store: %s, role %s", _without_password(config.kv_store), config.kv_role)
 
     def make_sequence(
-        self,
-        prompt: Prompt,
-        params: SamplingParams,
-        request_id: str | None = None,
-        cache_salt: str | None = None,
-        kv_transfer_params: dict[str, Any] | None = None,
+        self, prompt: Prompt, params: SamplingParams, **options: Unpack[RequestOptions]
     ) -> Sequence:
         """Validates and tokenizes a request; raises ValueError with the reason."""
         token_ids = prompt_token_ids(
             prompt, params, self.tokenizer, self.model_config.vocab_size, self.max_model_len
         )
-        rid = request_id or uuid.uuid4().hex
-        return Sequence(rid, token_ids, params, cache_salt, kv_transfer_params)
+        rid = options.get("request_id") or uuid.uuid4().hex
+        salt, kv = options.get("cache_salt"), options.get("kv_transfer_params")
+        return Sequence(rid, token_ids, params, salt, kv)
 
     def add_sequence(self, seq: Sequence) -> None:
         if seq.request_id in self.sequences:
@@ -191,14 +187,9 @@ class LLMEngine:
             torch.set_num_threads(self.config.num_threads)
 
     def add_request(
-        self,
-        prompt: Prompt,
-        params: SamplingParams,
-        request_id: str | None = None,
-        cache_salt: str | None = None,
-        kv_transfer_params: dict[str, Any] | None = None,
+        self, prompt: Prompt, params: SamplingParams, **options: Unpack[RequestOptions]
     ) -> str:
-        seq = self.make_sequence(prompt, params, request_id, cache_salt, kv_transfer_params)
+        seq = self.make_sequence(prompt, params, **options)
         self.add_sequence(seq)
         return seq.request_id
 

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from enum import Enum, auto
-from typing import Any
+from typing import Any, TypedDict
 
 from engine.metrics import RequestMetrics
 from engine.sampling_params import SamplingParams
+
+
+class RequestOptions(TypedDict, total=False):
+    """What a request may name besides its prompt and sampling parameters: its id (else a
+    new one), the salt that scopes its prefix-cache blocks (only requests with the same
+    salt share them), and vLLM's P/D `kv_transfer_params` (engine/kv_connector.py)."""
+
+    request_id: str | None
+    cache_salt: str | None
+    kv_transfer_params: dict[str, Any] | None
 
 
 class Status(Enum):
