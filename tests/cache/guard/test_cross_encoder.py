@@ -107,7 +107,7 @@ def test_serving_in_float32_scores_as_the_eager_model():
 def test_serving_in_int8_stays_close_to_the_eager_model():
     # On the held-out pairs: every logit within 0.35 of float32's, the median within 0.05
     # (0.31 and 0.036 measured; the verifier weighs the logit by ~0.4, so 0.35 moves its
-    # log-odds by ~0.14 at most). The guard serves float32 (serving_dtype says why).
+    # log-odds by ~0.14 at most). The guard serves this form where the CPU has int8.
     eager = fold(WEIGHTS)
     pairs = _holdout_pairs()
     expected = logits(eager.scorer, eager.tokenizer, pairs)
