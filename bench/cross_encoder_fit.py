@@ -8,6 +8,8 @@ either way round). Binary cross-entropy, AdamW, a linear warm-up over the first 
 the steps and a linear decay to zero; `EPOCHS` passes. On two CPU cores a fit of the 27
 English fit sets (~5,500 pairs, ~700 steps) takes about 8 minutes, and the held-out
 scores the verifier is fitted on (`held_out_logits`: `FOLDS` more fits) about 15 more.
+Those are scored as the guard will score: each fold's adapter built into the prepared form
+`CrossEncoder` serves (int8 where the CPU has int8 kernels), a pair at a time.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,14 +28,17 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from bench.calibrate import Pair
+from cache import encoder_store
 from cache.guard.cross_encoder import (
+    ALONE,
     BASE,
-    PairScorer,
     adapted_linears,
+    build,
     encode_pairs,
     load_base,
     logits,
     pooled_logit,
+    serving_dtype,
 )
 
 RANK = 16
@@ -43,6 +49,9 @@ BATCH = 32
 SEED = 0
 FOLDS = 3
 HELD_OUT = "held_out.logits"
+# Adapter files written before the held-out logits were scored through the prepared form
+# have no `held_out_dtype`: theirs came from the eager float32 model.
+LEGACY_DTYPE = "float32"
 
 
 class LowRankChange(torch.nn.Module):
@@ -136,26 +145,47 @@ def train(
     return adapted
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """The fit files' held-out logits, in the files' order, and the dtype of the prepared
+    form that scored them."""
+
+    logits: torch.Tensor
+    dtype: str
+
+
+def served_form(adapted: AdaptedModel, dtype: str) -> encoder_store.Stored:
+    """The prepared form `CrossEncoder` would serve of a trained model: its adapter written
+    out and built as the shipped one is (folded, quantised for int8, traced)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "adapter.safetensors"
+        save(adapted.tensors(), path, {})
+        return build(path, dtype)
+
+
 def held_out_logits(
     files: dict[str, list[Pair]],
     folds: int = FOLDS,
     progress: Callable[[int, int, float], None] | None = None,
-) -> torch.Tensor:
+    dtype: str | None = None,
+) -> HeldOut:
     """Each file's pairs scored by a model fitted on the other folds (files dealt out in
     turn), in the files' order: the verifier is fitted on these, as the shipped model
     will read questions it was not fitted on. Fitted on its own training pairs, the
-    verifier would trust the cross-encoder far more than it earns."""
+    verifier would trust the cross-encoder far more than it earns. Each fold is scored
+    through its prepared form in `dtype` (the one served here unless given), a pair at a
+    time, as the guard scores."""
+    dtype = serving_dtype() if dtype is None else dtype
     names = list(files)
     scored: dict[str, torch.Tensor] = {}
     for k in range(folds):
         held = names[k::folds]
         rest = [p for name in names if name not in held for p in files[name]]
-        model = train(rest, progress=progress)
+        served = served_form(train(rest, progress=progress), dtype)
         for name in held:
             rows = [(p.cached, p.query) for p in files[name]]
-            scorer = PairScorer(model.model, model.head)
-            scored[name] = torch.tensor(logits(scorer, model.tokenizer, rows))
-    return torch.cat([scored[name] for name in names])
+            scored[name] = torch.tensor(logits(served.module, served.tokenizer, rows, ALONE))
+    return HeldOut(torch.cat([scored[name] for name in names]), dtype)
 
 
 def pairs_digest(pairs: Sequence[Pair]) -> str:
@@ -163,13 +193,24 @@ def pairs_digest(pairs: Sequence[Pair]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def read_held_out(path: Path, files: dict[str, list[Pair]]) -> dict[str, list[float] | None]:
+def read_held_out(
+    path: Path, files: dict[str, list[Pair]], served: str
+) -> dict[str, list[float] | None]:
     """The held-out logits an adapter file keeps, for each of `files` it was fitted on
     (None for a file it was not fitted on: the shipped model has not seen that one).
-    A file it was fitted on must be as it was then."""
+    A file it was fitted on must be as it was then, and the logits must have been scored
+    through the prepared form served here (dtype `served`): the verifier's cut is fitted
+    on them."""
     with safe_open(str(path), framework="pt") as f:
-        fitted = json.loads((f.metadata() or {}).get("files", "[]"))
+        meta = f.metadata() or {}
+        fitted = json.loads(meta.get("files", "[]"))
         scores = f.get_tensor(HELD_OUT).tolist()
+    scored_in = meta.get("held_out_dtype", LEGACY_DTYPE)
+    if scored_in != served:
+        raise ValueError(
+            f"{path}'s held-out logits were scored in {scored_in}, but the cross-encoder serves "
+            f"in {served} here: run semgate cache train-cross-encoder"
+        )
     where, start = {}, 0
     for name, count, digest in fitted:
         where[name], start = (start, count, digest), start + count
@@ -192,13 +233,11 @@ def save(
     tensors: dict[str, torch.Tensor],
     path: Path,
     files: dict[str, list[Pair]],
-    held_out: torch.Tensor | None = None,
+    held_out: HeldOut | None = None,
 ) -> None:
     """The adapter file `CrossEncoder` reads: the tensors, the base model, LoRA's scale
-    and the fit's inputs, and beside them the fit files' held-out logits
-    (`read_held_out`)."""
-    if held_out is not None:
-        tensors = tensors | {HELD_OUT: held_out}
+    and the fit's inputs, and beside them the fit files' held-out logits and the dtype
+    they were scored in (`read_held_out`)."""
     meta = {
         "base": BASE,
         "rank": str(RANK),
@@ -208,4 +247,7 @@ def save(
         # Each fit file: its name, its number of pairs and their digest (`read_held_out`).
         "files": json.dumps([[name, len(ps), pairs_digest(ps)] for name, ps in files.items()]),
     }
+    if held_out is not None:
+        tensors = tensors | {HELD_OUT: held_out.logits}
+        meta["held_out_dtype"] = held_out.dtype
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=meta)

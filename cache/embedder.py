@@ -29,7 +29,7 @@ import tokenizers
 import torch
 
 from cache import encoder_store
-from cache.int8_linear import quantize_linears
+from cache.int8_linear import int8_kernels, quantize_linears
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -72,20 +72,11 @@ def _native_bf16() -> bool:
     return bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
 
 
-def _int8_kernels() -> bool:
-    """Whether torch multiplies int8 matrices on this CPU (`torch._int_mm`)."""
-    try:
-        torch._int_mm(torch.ones(1, 8, dtype=torch.int8), torch.ones(8, 8, dtype=torch.int8))
-    except RuntimeError:
-        return False
-    return True
-
-
 def _pick_dtype(dtype: str) -> str:
     if dtype not in ("auto", "int8", "bfloat16", "float32"):
         raise ValueError(f"embedder dtype must be auto, int8, bfloat16 or float32, not {dtype!r}")
     if dtype == "auto":
-        return "int8" if _int8_kernels() else "bfloat16" if _native_bf16() else "float32"
+        return "int8" if int8_kernels() else "bfloat16" if _native_bf16() else "float32"
     return dtype
 
 

@@ -1,4 +1,5 @@
-"""Int8 linear layers for the embedder, on plain int8 tensors and `torch._int_mm`.
+"""Int8 linear layers for the embedder and the cross-encoder, on plain int8 tensors and
+`torch._int_mm`.
 
 Weights are quantised once, per output channel (symmetric, scale = max |w| / 127);
 activations on the fly, per row (each token of each text its own scale), so a text's
@@ -13,6 +14,15 @@ from __future__ import annotations
 from typing import TypeVar
 
 import torch
+
+
+def int8_kernels() -> bool:
+    """Whether torch multiplies int8 matrices on this CPU (`torch._int_mm`)."""
+    try:
+        torch._int_mm(torch.ones(1, 8, dtype=torch.int8), torch.ones(8, 8, dtype=torch.int8))
+    except RuntimeError:
+        return False
+    return True
 
 
 def _per_row_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

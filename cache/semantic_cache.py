@@ -163,12 +163,14 @@ class SemanticCache:
         threshold: float | None = None,
         candidates: int | None = None,
         accept: Callable[[CacheEntry], bool] | None = None,
+        exact_missed: Callable[[], object] | None = None,
     ) -> LookupResult:
         """Exact tier, then semantic tier + guard over the `candidates` nearest entries. A
         dry run changes no counters and no hit counts, and reports every candidate with its
         similarity and verdict. `accept` is what the caller can serve (say, within its
         length limit): a refused entry is passed over for the next candidate, and never
-        counted as a hit."""
+        counted as a hit. `exact_missed` is called once the exact tier has missed, before
+        the semantic tiers are asked (the gateway starts its engine request then)."""
         if (bypass := self.policy.may_lookup(request)) is not None:
             if not dry_run:
                 self.stats.bypasses += 1
@@ -195,7 +197,8 @@ class SemanticCache:
             async with asyncio.timeout(self.timeout) as deadline:
                 lang = await _sized(question, language, question)
                 asked = Question(question, scope, exact_key, lang, threshold, deadline=deadline)
-                result = await self._lookup(asked, candidates or self.candidates, accept, dry_run)
+                k = candidates or self.candidates
+                result = await self._lookup(asked, k, accept, dry_run, exact_missed)
         except Exception as exc:
             kind = _error_kind(exc)
             if kind == "timeout" and asked is not None and asked.waiting_on == "redis":
@@ -218,6 +221,7 @@ class SemanticCache:
         k: int,
         accept: Callable[[CacheEntry], bool] | None,
         dry_run: bool,
+        exact_missed: Callable[[], object] | None = None,
     ) -> LookupResult:
         """Asks each tier that serves the question, in order, until one hits."""
         result = LookupResult(
@@ -238,6 +242,8 @@ class SemanticCache:
             if found.hit is not None:
                 result.status, result.hit = "hit", found.hit
                 break
+            if exact_missed is not None and isinstance(tier, ExactTier):
+                exact_missed()
         result.embed_seconds = question.embed_seconds
         return result
 

@@ -190,7 +190,7 @@ class SemanticTier:
             servable = accept is None or accept(candidate.entry)
             # On a typical miss (nothing above the threshold) a live lookup skips the
             # guard. Its check runs on a thread: the English verifier's cross-encoder takes
-            # 15-19 ms when it runs, the features of a new question ~0.5 ms.
+            # ~4.5 ms in int8 (~10 ms in float32) when it runs, the rules ~0.5 ms.
             decides = above and servable and result.hit is None
             verdict = (
                 await asyncio.to_thread(

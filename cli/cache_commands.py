@@ -117,7 +117,7 @@ def cmd_cache_fit(args: argparse.Namespace) -> int:
         embedder, multilingual = Embedder(), MultilingualEmbedder()
         try:
             guard = Guard()
-            cross = read_held_out(cross_encoder.WEIGHTS, english)
+            cross = read_held_out(cross_encoder.WEIGHTS, english, guard.cross.dtype)
             en = {n: measure_english(p, embedder, guard, cross[n]) for n, p in english.items()}
             ml = {n: measure_multilingual(p, multilingual) for n, p in other.items()}
             scored_en = {n: measure_english(p, embedder, guard) for n, p in scored.items()}

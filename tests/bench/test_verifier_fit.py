@@ -33,8 +33,8 @@ FITTED = json.loads((ROOT / "cache" / "guard" / "verifier.json").read_text())["f
 @pytest.fixture(scope="module")
 def english(embedder: Embedder) -> dict[str, list[MeasuredPair]]:
     files = {name: load_pairs(ROOT / name) for name in FITTED["english"]}
-    cross = read_held_out(cross_encoder.WEIGHTS, files)
     guard = Guard()
+    cross = read_held_out(cross_encoder.WEIGHTS, files, guard.cross.dtype)
     return {name: measure_english(pairs, embedder, guard, cross[name])
             for name, pairs in files.items()}  # fmt: skip
 

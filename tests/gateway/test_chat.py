@@ -232,6 +232,21 @@ def test_a_hit_aborts_the_engine_request_started_early(alice: openai.OpenAI, gat
     assert metric(gateway, aborted) == before + 3  # each hit had started the engine
 
 
+def test_an_exact_hit_starts_no_engine_request(alice: openai.OpenAI, gateway: Server):
+    """The engine request starts early once the exact tier has missed: a miss uses it, an
+    exact hit (the same question again) never starts one."""
+    early = {o: f'semgate_early_starts_total{{outcome="{o}"}}' for o in ("used", "aborted")}
+    before = {o: metric(gateway, name, missing=0) for o, name in early.items()}
+    _, h = ask(alice, "How many moons does Mars have?")
+    assert h["x-cache-status"] == "Miss"
+    for _ in range(3):
+        _, h = ask(alice, "How many moons does Mars have?")
+        assert h["x-cache-status"] == "Hit" and h["x-cache-similarity"] == "1.0000"
+    wait_for_idle_engine(gateway)
+    after = {o: metric(gateway, name, missing=0) for o, name in early.items()}
+    assert after == {"used": before["used"] + 1, "aborted": before["aborted"]}
+
+
 def test_a_prefill_request_is_answered_uncached_with_no_transfer_without_a_store(
     gateway: Server,
 ):
