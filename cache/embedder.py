@@ -132,7 +132,8 @@ class Embedder:
         self.dtype_name = _pick_dtype(dtype)
         built = encoder_store.load(self._path, model_id, self.dtype_name)
         if built is None:
-            built = self._build(model, model_id)
+            with encoder_store.BUILD_LOCK:
+                built = self._build(model, model_id)
             encoder_store.save(self._path, model_id, self.dtype_name, built)
         self.model_id, self.dims, self.max_tokens = built.model_id, built.dims, built.max_tokens
         self._encoder = built.encoder

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,12 @@ import tokenizers
 import torch
 
 log = logging.getLogger(__name__)
+
+# Builds take turns: each imports transformers, whose lazy module raised "cannot import
+# name 'BertConfig'" when the embedder and the cross-encoder were built on two threads at
+# once (a cold start, where cache/runtime.py loads them side by side). Loading a kept
+# entry imports neither and takes no turn.
+BUILD_LOCK = threading.Lock()
 
 # What an embedder entry was built by: bump it when the build changes (the _Encoder's
 # pooling, the quantisation, the tracing), or old entries keep serving it.

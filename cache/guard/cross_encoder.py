@@ -232,7 +232,8 @@ def prepared(weights: Path, dtype: str) -> encoder_store.Stored:
     stored = encoder_store.read(where, key)
     if stored is None:
         log.info("building the cross-encoder's prepared form of %s (kept in %s)", weights, where)
-        stored = build(weights, dtype)
+        with encoder_store.BUILD_LOCK:
+            stored = build(weights, dtype)
         encoder_store.write(where, key, stored)
     return stored
 
