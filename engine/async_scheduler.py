@@ -35,6 +35,21 @@ class AsyncScheduler(Scheduler):
     # The step in flight as advance counted it (an abort takes its part back); replaced
     # whole, never changed in place.
     ahead: Items[ScheduledSequence] = ()
+    # Requests whose placeholder is their last token by length: they end when the step
+    # in flight does, so the next step leaves them out rather than compute a token that
+    # would be dropped (vLLM's async scheduler does the same).
+    ending: Items[Sequence] = ()
+
+    def schedule(self) -> list[ScheduledSequence]:
+        ending = [seq for seq in self.ending if seq.status is Status.RUNNING]
+        if not ending:
+            return super().schedule()
+        left_out = set(map(id, ending))
+        self.running = [seq for seq in self.running if id(seq) not in left_out]
+        try:
+            return super().schedule()
+        finally:  # back at the end: resolve ends them before the next schedule
+            self.running += ending
 
     def advance(self, scheduled: list[ScheduledSequence]) -> None:
         """Counts a launched step's tokens computed and gives each token it samples a
@@ -42,15 +57,22 @@ class AsyncScheduler(Scheduler):
         self.ahead = scheduled
         block_manager, running = self.block_manager, Status.RUNNING
         caching, block_size = block_manager.enable_prefix_caching, block_manager.block_size
+        max_model_len = self.max_model_len
+        ending = []
         j = 0  # the step's sampling sequences so far
         for seq, num_new, _, samples in scheduled:
             if seq.status is running:
                 seq.num_computed_tokens += num_new
                 if samples:
-                    seq.token_ids.append(-1 - j)
+                    tokens = seq.token_ids
+                    tokens.append(-1 - j)
+                    limit = seq.num_prompt_tokens + seq.params.max_tokens
+                    if len(tokens) >= limit or len(tokens) >= max_model_len:
+                        ending.append(seq)
                 if caching and len(seq.block_hashes) < seq.num_computed_tokens // block_size:
                     block_manager.cache_full_blocks(seq)
             j += samples
+        self.ending = ending
 
     def resolve(
         self, scheduled: list[ScheduledSequence], tokens: list[int]
@@ -82,10 +104,12 @@ class AsyncScheduler(Scheduler):
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """Scheduler.finish, after taking back what advance counted for the step in
-        flight (an abort between steps): its blocks are named as synchronously."""
+        flight (an abort between steps), names included: its blocks are named as
+        synchronously."""
         item = next((item for item in self.ahead if item.seq is seq), None)
         if item is not None and seq.status is Status.RUNNING:
             seq.num_computed_tokens -= item.num_new_tokens
             if item.samples:
                 seq.token_ids.pop()
+            self.block_manager.forget_hashes(seq)
         super().finish(seq, reason)

@@ -58,7 +58,7 @@ class AsyncSteps:
         engine, scheduler = self.engine, self.scheduler
         started = time.perf_counter()
         engine.last_step = None
-        previous = self.in_flight
+        previous, self.in_flight = self.in_flight, None  # a step that failed is gone too
         if previous is None:
             first = scheduler.schedule()
             if not first:
