@@ -237,9 +237,13 @@ class ModelRunner:
         at = np.flatnonzero(ids < 0)
         if len(at):
             assert previous is not None  # placeholders are that step's
-            where = torch.from_numpy(at).to(self.device, non_blocking=True)
-            rows = torch.from_numpy(-1 - ids[at]).to(self.device, non_blocking=True)
-            inputs.input_ids[where] = previous[rows]
+            rows = -1 - ids[at]
+            if self.device.type == "cpu":  # the host buffer is the input tensor
+                ids[at] = previous.numpy()[rows]
+            else:  # the host buffer's copy is on its way: the device's copy is patched
+                where = torch.from_numpy(at).to(self.device, non_blocking=True)
+                taken = torch.from_numpy(rows).to(self.device, non_blocking=True)
+                inputs.input_ids[where] = previous[taken]
         seqs = [item.seq for item in batch if item.samples]
         params = None
         generators: list[torch.Generator | None] = []
