@@ -6,18 +6,18 @@ for each token it will sample: -1 - j for the step's j-th sampling sequence, whi
 runner reads from that step's sampled-token tensor when the next step takes it as
 input (engine/model_runner.py). So the next `schedule` sees every sequence as the
 synchronous scheduler would after the step's update: a decode's new token to compute,
-its blocks to allocate. `update` then puts each sampled token in its placeholder's
-place, and stops requests as the synchronous update does.
+its blocks to allocate. `resolve` then puts each sampled token in its placeholder's
+place, and stops requests as the synchronous `update` does.
 
 The engine calls them in this order, one step (N + 1) in flight at a time:
-schedule(N + 1), launch(N + 1), update(N), advance(N + 1). Update before advance keeps
-the state between steps the synchronous state plus the step in flight: a sequence holds
-at most one placeholder, its last token, and a request that finishes in update(N)
-finishes exactly as it would synchronously (its step N + 1, already launched, is
-discarded: advance skips it, and its token is dropped by update(N + 1)). An abort
+schedule(N + 1), launch(N + 1), resolve(N), advance(N + 1). Resolve before advance
+keeps the state between steps the synchronous state plus the step in flight: a sequence
+holds at most one placeholder, its last token, and a request that finishes in
+resolve(N) finishes exactly as it would synchronously (its step N + 1, already
+launched, is discarded: advance skips it, and resolve(N + 1) drops its token). An abort
 between steps first takes back what advance counted for the step in flight.
 
-Prefix blocks are named in advance, not in update: at each schedule the prefix cache
+Prefix blocks are named in advance, not in resolve: at each schedule the prefix cache
 names the blocks the synchronous scheduler's would. A named block whose KV the step in
 flight still writes is read only by later steps, which run after it.
 """
