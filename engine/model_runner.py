@@ -230,8 +230,9 @@ class ModelRunner:
         """Async scheduling's half of a step on the caller's thread (engine/async_step.py):
         builds the step's inputs and reads what its sampling needs from the sequences,
         which the caller changes while run() runs. A placeholder input token (-1 - j,
-        engine/async_scheduler.py) becomes row j of `previous`, the sampled tokens of
-        the step before, which has ended. No speculation here."""
+        engine/async_scheduler.py) becomes row j of `previous`, the step before's
+        sampled tokens on the device (on CUDA maybe not computed yet: the stream
+        computes them before this step reads them). No speculation here."""
         inputs, key = self._build(batch)
         ids = self.inputs.input_ids.np[: len(inputs.input_ids)]
         at = np.flatnonzero(ids < 0)
@@ -252,15 +253,21 @@ class ModelRunner:
             generators = [self._seeded_generator(seq) for seq in seqs]
         return AheadStep(inputs, key, params, generators)
 
-    def run(self, step: AheadStep) -> tuple[torch.Tensor, list[int]]:
-        """The other half, on the runner's worker thread: forward and sample. The sampled
-        tokens (one a sampling sequence, in batch order), as a tensor on the device and
-        as a list."""
+    def run(self, step: AheadStep) -> SampledTokens:
+        """The other half: forward and sample (on a CPU, on the worker thread of
+        engine/async_step.py; on CUDA, launched on the caller's, without waiting). The
+        sampled tokens, one a sampling sequence in batch order."""
         logits = self._logits(step.inputs, step.key)
         if logits is None:
-            return self._no_tokens, []
+            return SampledTokens(self._no_tokens, self._no_tokens, None)
         tokens = self.sampler.sample(logits, step.params, step.generators)
-        return tokens, tokens.tolist()
+        if tokens.device.type == "cpu":
+            return SampledTokens(tokens, tokens, None)
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        return SampledTokens(tokens, host, copied)
 
 
 class AheadStep(NamedTuple):
@@ -270,3 +277,17 @@ class AheadStep(NamedTuple):
     key: GraphKey | None
     params: list[SamplingParams] | None  # None: every row greedy
     generators: list[torch.Generator | None]
+
+
+class SampledTokens(NamedTuple):
+    """A step's sampled tokens on the device, where the next step's placeholders read
+    them, and on the host, once `copied` has happened (None: on a CPU, one tensor)."""
+
+    device: torch.Tensor
+    host: torch.Tensor
+    copied: torch.cuda.Event | None
+
+    def tolist(self) -> list[int]:
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.host.tolist()

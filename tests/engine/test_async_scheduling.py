@@ -179,6 +179,20 @@ def test_a_dropped_token_is_not_counted(make_llm):
     assert counts[0] == counts[1]
 
 
+def test_steps_launched_on_the_core_thread_as_on_cuda(make_llm):
+    """CUDA's way (engine/async_step.py): no worker, each step launched on the core
+    thread and its tokens read back later, the same on a CPU but for the overlap."""
+    config = {"max_num_seqs": 12}  # an engine of its own: its worker is taken away
+    sync, ahead = both(make_llm, **config)
+    steps = ahead.engine.async_steps
+    assert steps is not None and steps.worker is not None
+    steps.worker.shutdown()
+    steps.worker = None
+    params = SamplingParams(max_tokens=24, temperature=0.8, seed=3, stop=["."])
+    expected = [usage_and_output(o) for o in sync.generate(PROMPTS[:12], params)]
+    assert [usage_and_output(o) for o in ahead.generate(PROMPTS[:12], params)] == expected
+
+
 def test_speculation_and_a_kv_store_keep_it_off(make_llm, caplog):
     with caplog.at_level(logging.INFO, logger="semgate.engine"):
         spec = make_llm(spec_method="ngram", num_spec_tokens=3, async_scheduling=True)
