@@ -100,16 +100,18 @@ def test_chunked_prefill(make_llm):
 
 
 def test_preemption_by_recompute(make_llm):
-    # 24 blocks of 16 tokens cannot hold 16 requests of ~45 tokens (3 blocks) each; the
-    # requests that end early free blocks the others take while their last step runs.
+    # 24 blocks of 16 tokens cannot hold 16 requests of ~45 tokens (3 blocks) each. The
+    # requests that a stop string ends free their blocks while their next step runs, and
+    # waiting ones take them at once.
     config = {"num_kv_blocks": 24, "max_model_len": 256}
     params = [
-        SamplingParams(max_tokens=32 if i % 4 else 3, temperature=0.0, ignore_eos=True)
+        SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True, stop=["\n"] * (i % 2))
         for i in range(16)
     ]
-    assert_same(make_llm, PROMPTS[:16], params, **config)
+    outputs = assert_same(make_llm, PROMPTS[:16], params, **config)
     ahead = make_llm(async_scheduling=True, **config)
     assert ahead.engine.scheduler.num_preemptions > 0
+    assert any(o.stop_reason == "\n" for o in outputs)
 
 
 def test_prefix_cache_hits_are_the_same(make_llm):
