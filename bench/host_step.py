@@ -49,22 +49,35 @@ def _counted(fn: Callable[..., Any], spent: list[float]) -> Callable[..., Any]:
     return timed
 
 
-def host_time_per_decode_step(model: str, streams: int = 64, tokens: int = 256) -> dict[str, Any]:
-    """Median and mean host milliseconds of the decode steps of `streams` x `tokens`."""
-    config = EngineConfig(model, max_num_seqs=streams, num_threads=1, kv_cache_memory=512 << 20)
+def host_time_per_decode_step(
+    model: str, streams: int = 64, tokens: int = 256, async_scheduling: bool = False
+) -> dict[str, Any]:
+    """Median and mean host milliseconds of the decode steps of `streams` x `tokens`.
+    With async_scheduling the forward and the sampler run on the runner's worker thread
+    (engine/async_step.py): the stepping thread's time is all host time."""
+    # Named only when on: a baseline checkout's EngineConfig may not have it.
+    ahead: dict[str, Any] = {"async_scheduling": True} if async_scheduling else {}
+    config = EngineConfig(
+        model, max_num_seqs=streams, num_threads=1, kv_cache_memory=512 << 20, **ahead
+    )
     engine = LLMEngine(config)
     device = [0.0]
-    for name in ("forward", "compute_logits"):
-        setattr(engine.model, name, _counted(getattr(engine.model, name), device))
-    # Counted as the sampler it is (its generator stays where the runner reads it).
-    sampler = engine.runner.sampler
-    sampler.__class__ = type(
-        "CountedSampler", (Sampler,), {"__call__": _counted(Sampler.__call__, device)}
-    )
+    if not async_scheduling:
+        for name in ("forward", "compute_logits"):
+            setattr(engine.model, name, _counted(getattr(engine.model, name), device))
+        # Counted as the sampler it is (its generator stays where the runner reads it).
+        sampler = engine.runner.sampler
+        sampler.__class__ = type(
+            "CountedSampler", (Sampler,), {"__call__": _counted(Sampler.__call__, device)}
+        )
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     for i in range(streams):
         engine.add_request(f"Request number {i}: tell me about the history of", params)
-    while any(s.num_computed_tokens < s.num_prompt_tokens for s in engine.sequences.values()):
+    seqs = engine.sequences.values()
+    if async_scheduling:  # until each has its first token (its prompt is computed sooner)
+        while any(not s.metrics.token_times for s in seqs):
+            engine.step()
+    while any(s.num_computed_tokens < s.num_prompt_tokens for s in seqs):
         engine.step()
     hosts = []
     while engine.has_unfinished():
@@ -74,6 +87,7 @@ def host_time_per_decode_step(model: str, streams: int = 64, tokens: int = 256) 
         pickle.dumps(_report(engine, outputs))
         hosts.append(time.thread_time() - started - device[0])
     return {
+        "async_scheduling": async_scheduling,
         "streams": streams,
         "tokens": tokens,
         "steps": len(hosts),
@@ -95,12 +109,14 @@ def _report(engine: LLMEngine, outputs: list[Any]) -> core_process.StepReport:
     return core_process.StepReport(outputs, [], stats, engine.last_step)
 
 
-def _measure(checkout: Path, model: str, tokens: int) -> dict[str, Any]:
+def _measure(
+    checkout: Path, model: str, tokens: int, async_scheduling: bool = False
+) -> dict[str, Any]:
     """host_time_per_decode_step in a fresh process, importing the engine of `checkout`
     (this file runs there as a script)."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     done = subprocess.run(
-        [sys.executable, __file__, model, str(tokens)],
+        [sys.executable, __file__, model, str(tokens), *(["async"] if async_scheduling else [])],
         cwd=checkout,
         env=env,
         capture_output=True,
@@ -117,8 +133,10 @@ def run_host_step_bench(
     out_path: Path | None = DEFAULT_OUT,
     baseline: Path | None = None,
     model: str = DEFAULT_MODEL,
+    async_scheduling: bool = False,
 ) -> dict[str, Any]:
-    """This checkout's host time per decode step, and with a baseline checkout both,
+    """This checkout's host time per decode step (with async_scheduling: the stepping
+    thread's, the forward on its worker), and with a baseline checkout both,
     alternating (5 pairs; --quick: 1 pair of 16-token streams)."""
     console = Console()
     tokens, rounds = (16, 1) if quick else (256, 5)
@@ -129,12 +147,17 @@ def run_host_step_bench(
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
     for round_ in range(rounds):
         for name, checkout in checkouts.items():
-            result = _measure(checkout, model, tokens)
+            result = _measure(checkout, model, tokens, async_scheduling and name != "baseline")
             runs[name].append(result)
             console.print(f"round {round_ + 1}, {name}: median {result['median_ms']:.3f} ms")
     each = {name: [r["median_ms"] for r in rs] for name, rs in runs.items()}
     medians = {name: statistics.median(values) for name, values in each.items()}
-    report: dict[str, Any] = {"baseline": str(baseline or ""), "runs": runs, "median_ms": medians}
+    report: dict[str, Any] = {
+        "baseline": str(baseline or ""),
+        "async_scheduling": async_scheduling,
+        "runs": runs,
+        "median_ms": medians,
+    }
     summary = ", ".join(f"{name} {ms:.3f} ms" for name, ms in medians.items())
     if baseline is not None:
         ratios = [a / b for a, b in zip(each["this checkout"], each["baseline"], strict=True)]
@@ -152,4 +175,9 @@ def run_host_step_bench(
 
 
 if __name__ == "__main__":
-    print(json.dumps(host_time_per_decode_step(sys.argv[1], tokens=int(sys.argv[2]))))
+    ahead = sys.argv[3:] == ["async"]
+    print(
+        json.dumps(
+            host_time_per_decode_step(sys.argv[1], tokens=int(sys.argv[2]), async_scheduling=ahead)
+        )
+    )

@@ -37,6 +37,7 @@ BENCHES = {
                           "pd_threshold_bench", "run_pd_threshold_bench"),
 }  # fmt: skip
 WITH_BASELINE = frozenset({"faults", "host-step"})  # they take --baseline DIR
+WITH_ASYNC = frozenset({"engine", "host-step"})  # they take --async-scheduling
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -45,6 +46,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     extra = {"llama_server": args.llama_server} if args.bench == "quant" else {}
     if args.bench in WITH_BASELINE:
         extra = {"baseline": args.baseline}
+    if args.bench in WITH_ASYNC:
+        extra["async_scheduling"] = args.async_scheduling
     run(quick=args.quick, out_path=args.out, **extra)
     return 0
 
@@ -66,6 +69,12 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
                 default=None,
                 help="another checkout (say, `git archive main | tar -x -C /tmp/before`) "
                 "measured the same way, alternating",
+            )
+        if name in WITH_ASYNC:
+            one.add_argument(
+                "--async-scheduling",
+                action="store_true",
+                help="our engine with async scheduling (docs/engine.md)",
             )
         if name == "quant":
             one.add_argument(

@@ -182,6 +182,18 @@ class BlockManager:
         while len(seq.block_table) > keep:
             self._release(seq.block_table.pop(), reuse_first=True)
 
+    def forget_hashes(self, seq: Sequence) -> None:
+        """Un-names seq's blocks past its computed tokens: async scheduling names a step's
+        blocks when it launches it (engine/async_scheduler.py), and an abort takes the
+        step back. No other request can have hit them: none was scheduled since."""
+        keep = seq.num_computed_tokens // self.block_size
+        while len(seq.block_hashes) > keep:
+            block_hash = seq.block_hashes.pop()
+            block = self.blocks[seq.block_table[len(seq.block_hashes)]]
+            if self.cached.get(block_hash) == block.block_id:
+                del self.cached[block_hash]
+            block.block_hash = None
+
     def reset_prefix_cache(self) -> bool:
         """Forgets every cached block (vLLM's `reset_prefix_cache`). Only while no request
         holds a block, since a running sequence's hashes name its blocks: False if one does."""

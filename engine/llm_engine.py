@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 import torch
 
+from engine.async_scheduler import AsyncScheduler
+from engine.async_step import AsyncSteps
 from engine.attention import AttentionBackend, AttentionSpec
 from engine.attention_backends import select_attention_backend
 from engine.config import EngineConfig
@@ -24,7 +26,7 @@ from engine.model_runner import ModelRunner
 from engine.outputs import CoreOutput
 from engine.redis_kv_store import RedisKVStore
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import Scheduler, computed_and_prefill
 from engine.sequence import RequestOptions, Sequence, Status
 from engine.speculative import Speculator
 from engine.speculator_setup import build_speculator
@@ -68,7 +70,7 @@ class LLMEngine:
         None loads it."""
         started = time.perf_counter()
         self.config = config
-        self._claim_threads()
+        self.claim_threads()
         device = torch.device(config.device)
         if model is None:
             model = load_model(config)
@@ -102,7 +104,11 @@ class LLMEngine:
             )
         self.block_manager = BlockManager(num_blocks, self.block_size, config.prefix_caching)
         self.kv_connector = kv_store_connector(config, model, attention, self.block_size, device)
-        self.scheduler = Scheduler(
+        why_sync = sync_only_because(config)
+        if config.async_scheduling and why_sync:
+            log.info("async scheduling is off: %s", why_sync)
+        scheduler = AsyncScheduler if config.async_scheduling and not why_sync else Scheduler
+        self.scheduler = scheduler(
             self.block_manager,
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=budget,
@@ -137,6 +143,9 @@ class LLMEngine:
         )
         self.runner.drafter = self.speculator.drafter if self.speculator is not None else None
         self.runner.capture_graphs()
+        self.async_steps = (
+            AsyncSteps(self, self.scheduler) if isinstance(self.scheduler, AsyncScheduler) else None
+        )
         log.info(
             "engine ready in %.2fs: %s on %s (%s, weights %s), %d %s KV blocks of %d tokens "
             "(%s), attention=%s, %s",
@@ -152,6 +161,8 @@ class LLMEngine:
             attention.name,
             self.runner.graph_mode,
         )
+        if self.async_steps is not None:
+            log.info("async scheduling: one step in flight")
         if self.speculator is not None:
             log.info("speculative decoding: %s", self.speculator.description)
         if config.kv_store is not None:
@@ -174,9 +185,10 @@ class LLMEngine:
         self.sequences[seq.request_id] = seq
         self.scheduler.add(seq)
 
-    def _claim_threads(self) -> None:
+    def claim_threads(self) -> None:
         """Gives the building thread, which also steps the engine (the caller of `LLM`, the
-        core process of `AsyncLLM`), the configured intra-op thread count. Torch keeps the
+        core process of `AsyncLLM`), the configured intra-op thread count (and so the
+        forward's worker thread of async scheduling, engine/async_step.py). Torch keeps the
         count per thread, but a thread's first parallel op re-applies the count last set
         anywhere, unless the thread asked for its count before: get, then set. Without
         this an engine stepped beside an embedder ran on the embedder workers' one thread
@@ -198,6 +210,8 @@ class LLMEngine:
         return self.block_manager.reset_prefix_cache()
 
     def has_unfinished(self) -> bool:
+        if self.async_steps is not None:  # a step in flight is unfinished work too
+            return self.async_steps.has_unfinished()
         return self.scheduler.has_unfinished()
 
     def waits_on_transfers(self) -> bool:
@@ -220,6 +234,8 @@ class LLMEngine:
         some (engine/output_processor.py turns them into RequestOutputs). With a KV
         connector: loads start before the forward, saves after it, and answers that
         waited for their saves go out."""
+        if self.async_steps is not None:
+            return self.async_steps.step()
         step_started = time.perf_counter()
         self.last_step = None
         answered = self._answer_released(self.scheduler.finish_transfers())
@@ -233,15 +249,7 @@ class LLMEngine:
         spec = self.speculator
         new_tokens = self.runner.execute(scheduled, spec.draft_probs if spec else {})
         seconds = time.perf_counter() - started
-        # Tokens computed, and of them prompt (or a preempted request's recomputed) ones:
-        # all of an item's real query tokens unless it is one decode (plus proposals) of
-        # a request that has had its first token. Read before the update advances it.
-        num_computed = num_prefill = 0
-        for seq, num_new, spec_ids, _ in scheduled:
-            num_computed += num_new
-            num_real = num_new - len(spec_ids)
-            if num_real != 1 or not seq.metrics.token_times:
-                num_prefill += num_real
+        num_computed, num_prefill = computed_and_prefill(scheduled)
         if spec is not None:
             sampling = (item for item in scheduled if item.samples)
             for item, tokens in zip(sampling, new_tokens, strict=True):
@@ -249,16 +257,20 @@ class LLMEngine:
         sampled = self.scheduler.update(scheduled, new_tokens)
         if connector is not None:  # the finished saved theirs (request_finished)
             connector.save_kv([item.seq for item in scheduled if not item.seq.finished])
-        finished = Status.FINISHED
-        for seq, _ in sampled:
-            if seq.status is finished:
-                self._forget(seq)
-        self.stats.computed_tokens += num_computed
+        outputs = self.outputs(sampled, answered)
         if spec is not None:
             spec.observe_step(num_computed, seconds)
             self._propose(spec)
+        self.record_step(step_started, num_computed, num_prefill)
+        return outputs
+
+    def outputs(
+        self, sampled: list[tuple[Sequence, int]], outputs: list[CoreOutput]
+    ) -> list[CoreOutput]:
+        """outputs, then those of the sequences a step's update returned; the finished
+        ones are forgotten."""
+        finished = Status.FINISHED
         now = time.perf_counter()
-        outputs = answered
         for seq, appended in sampled:
             tokens = seq.token_ids
             if seq.status is not finished and len(tokens) - seq.num_prompt_tokens != appended:
@@ -268,16 +280,22 @@ class LLMEngine:
                 out = (seq.request_id, new, False, None, now, None, None)
                 outputs.append(tuple.__new__(CoreOutput, out))
                 continue
+            if seq.status is finished:
+                self._forget(seq)
             output = self._output(seq, appended, now)
             # A prefill server's answer names KV that is only good once saved.
             if seq.kv_transfer_params is not None and seq.request_id in self.scheduler.held:
                 self.unanswered[seq.request_id] = output
             else:
                 outputs.append(output)
-        step_seconds = time.perf_counter() - step_started
+        return outputs
+
+    def record_step(self, started: float, num_computed: int, num_prefill: int) -> None:
+        """A step's counts and its time since `started`, for stats and the step window."""
+        self.stats.computed_tokens += num_computed
+        step_seconds = time.perf_counter() - started
         self.last_step = StepTime(step_seconds, num_prefill, num_computed - num_prefill)
         self.step_window.add(self.last_step)
-        return outputs
 
     def _answer_released(self, released: list[Sequence]) -> list[CoreOutput]:
         """The waiting answers of requests the connector released, with what it says."""
@@ -288,7 +306,10 @@ class LLMEngine:
         return answers
 
     def close(self) -> None:
-        """Stops the KV connector's threads (the engine's other parts need nothing)."""
+        """Stops the threads of the KV connector and of async scheduling (the engine's
+        other parts need nothing)."""
+        if self.async_steps is not None:
+            self.async_steps.close()
         if self.kv_connector is not None:
             self.kv_connector.close()
 
@@ -337,6 +358,18 @@ class LLMEngine:
         if window:
             s.steps = self.step_window.stats()
         return s
+
+
+def sync_only_because(config: EngineConfig) -> str | None:
+    """Why the engine cannot schedule asynchronously with this config (None: it can).
+    Speculation decides a step's proposals from the step before's accepted tokens, and a
+    KV connector's saves and loads are timed around each step's forward: neither knows
+    placeholders (docs/engine.md, "Async scheduling")."""
+    if config.spec_method is not None:
+        return f"speculative decoding ({config.spec_method}) needs each step's tokens first"
+    if config.kv_store is not None:
+        return "the KV store's saves and loads are timed around synchronous steps"
+    return None
 
 
 def kv_store_connector(

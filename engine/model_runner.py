@@ -7,15 +7,18 @@ reached its end: one sampled token, or the accepted proposals plus one.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
 import torch
 
 from engine.attention import AttentionBackend
-from engine.graph_runner import GraphRunner, batch_buckets
-from engine.input_batch import InputBatch
+from engine.graph_runner import GraphKey, GraphRunner, batch_buckets
+from engine.input_batch import InputBatch, ModelInputs
 from engine.model import CausalLM
 from engine.persistent_batch import PersistentBatch
 from engine.sampler import Sampler
-from engine.sampling_params import MAX_SEED
+from engine.sampling_params import MAX_SEED, SamplingParams
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
 from engine.speculative.draft import DraftProposer
@@ -81,6 +84,7 @@ class ModelRunner:
             )
         )
         self.sampler = Sampler(device, seed)
+        self._no_tokens = torch.empty(0, dtype=torch.long, device=device)
         # Whether the last compute_logits was a step of decodes alone, its logits one row
         # a sequence in batch order.
         self.decoded = False
@@ -189,15 +193,24 @@ class ModelRunner:
         """Forwards the batch (writing its KV); float32 logits of the sampling rows in
         batch order: the last token's, and for a speculating sequence also each
         proposed token's. A step of decodes and verifications runs padded to its
-        bucket (engine/graph_runner.py) unless enforce_eager. The model's forward and
-        logits run in inference mode; what is between them needs none (entering it
-        here too cost a step ~40 us of host time)."""
+        bucket (engine/graph_runner.py) unless enforce_eager."""
+        inputs, key = self._build(batch)
+        return self._logits(inputs, key)
+
+    def _build(self, batch: list[ScheduledSequence]) -> tuple[ModelInputs, GraphKey | None]:
+        """The step's inputs, in the step buffers, and its graph runner bucket."""
         step = self.rows.update(batch)
         graphs = self.graphs
         key = None
         if graphs is not None and step.all_logits:
             key = graphs.plan(len(batch), step.max_query)
-        inputs = self.rows.build(batch, step, key)
+        return self.rows.build(batch, step, key), key
+
+    def _logits(self, inputs: ModelInputs, key: GraphKey | None) -> torch.Tensor | None:
+        """compute_logits after the build. The model's forward and logits run in
+        inference mode; what is between them needs none (entering it here too cost a
+        step ~40 us of host time)."""
+        graphs = self.graphs
         if graphs is not None and key is not None:
             hidden = graphs.run(inputs, key)
         else:  # forward itself: Module.__call__'s hook checks cost a step ~10 us
@@ -212,3 +225,69 @@ class ModelRunner:
         if inputs.every_row:  # a step of decodes: each row is a sequence's last token
             return self.model.compute_logits(hidden)
         return self.model.compute_logits(hidden.index_select(0, inputs.logit_rows))
+
+    def prepare(self, batch: list[ScheduledSequence], previous: torch.Tensor | None) -> AheadStep:
+        """Async scheduling's half of a step on the caller's thread (engine/async_step.py):
+        builds the step's inputs and reads what its sampling needs from the sequences,
+        which the caller changes while run() runs. A placeholder input token (-1 - j,
+        engine/async_scheduler.py) becomes row j of `previous`, the step before's
+        sampled tokens on the device (on CUDA maybe not computed yet: the stream
+        computes them before this step reads them). No speculation here."""
+        inputs, key = self._build(batch)
+        ids = self.inputs.input_ids.np[: len(inputs.input_ids)]
+        at = np.flatnonzero(ids < 0)
+        if len(at):
+            assert previous is not None  # placeholders are that step's
+            rows = -1 - ids[at]
+            if self.device.type == "cpu":  # the host buffer is the input tensor
+                ids[at] = previous.numpy()[rows]
+            else:  # the host buffer's copy is on its way: the device's copy is patched
+                where = torch.from_numpy(at).to(self.device, non_blocking=True)
+                taken = torch.from_numpy(rows).to(self.device, non_blocking=True)
+                inputs.input_ids[where] = previous[taken]
+        seqs = [item.seq for item in batch if item.samples]
+        params = None
+        generators: list[torch.Generator | None] = []
+        if self.rows.num_random:
+            params = [seq.params for seq in seqs]
+            generators = [self._seeded_generator(seq) for seq in seqs]
+        return AheadStep(inputs, key, params, generators)
+
+    def run(self, step: AheadStep) -> SampledTokens:
+        """The other half: forward and sample (on a CPU, on the worker thread of
+        engine/async_step.py; on CUDA, launched on the caller's, without waiting). The
+        sampled tokens, one a sampling sequence in batch order."""
+        logits = self._logits(step.inputs, step.key)
+        if logits is None:
+            return SampledTokens(self._no_tokens, self._no_tokens, None)
+        tokens = self.sampler.sample(logits, step.params, step.generators)
+        if tokens.device.type == "cpu":
+            return SampledTokens(tokens, tokens, None)
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        return SampledTokens(tokens, host, copied)
+
+
+class AheadStep(NamedTuple):
+    """A step prepared for ModelRunner.run: its inputs and its sampling's parameters."""
+
+    inputs: ModelInputs
+    key: GraphKey | None
+    params: list[SamplingParams] | None  # None: every row greedy
+    generators: list[torch.Generator | None]
+
+
+class SampledTokens(NamedTuple):
+    """A step's sampled tokens on the device, where the next step's placeholders read
+    them, and on the host, once `copied` has happened (None: on a CPU, one tensor)."""
+
+    device: torch.Tensor
+    host: torch.Tensor
+    copied: torch.cuda.Event | None
+
+    def tolist(self) -> list[int]:
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.host.tolist()

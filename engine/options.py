@@ -144,6 +144,16 @@ class EngineOptions:
     enforce_eager: bool | None = option(
         None, "no CUDA graphs: every step runs eagerly, unpadded", default_text="on CPU only"
     )
+    # engine/async_step.py: the next step is scheduled and launched before this one's
+    # outputs are processed. Off by default: on a CPU it measured slower, 0.69x the
+    # throughput on one core (docs/engine.md, "Async scheduling"); not measured on a GPU
+    # yet. Speculative decoding and kv_store turn it off.
+    async_scheduling: bool = option(
+        False,
+        "schedule and launch the next step while this one's outputs are processed (same "
+        "outputs); off with speculative decoding or a KV store",
+        default_text="off (slower on a CPU; not measured on a GPU yet)",
+    )
     # "ngram" (prompt lookup) or "draft" (a smaller model sharing the tokenizer; without
     # spec_draft_model, the target's own first EngineConfig.spec_draft_layers layers plus
     # its final norm and head).

@@ -68,9 +68,18 @@ class Sampler:
     ) -> list[int]:
         """params: each row's, or None when every row is greedy (the caller knows);
         generators: each row's own (seeded requests), or [] when every row is greedy."""
+        return self.sample(logits, params, generators).tolist()
+
+    def sample(
+        self,
+        logits: torch.Tensor,
+        params: list[SamplingParams] | None,
+        generators: list[torch.Generator | None],
+    ) -> torch.Tensor:
+        """__call__'s tokens as a tensor on the logits' device."""
         greedy = logits.argmax(dim=-1)
         if params is None or all(p.greedy for p in params):
-            return greedy.tolist()
+            return greedy
         sampled = race(sampling_probs(logits, params), self.generator, generators)
         is_greedy = torch.tensor([p.greedy for p in params], device=logits.device)
-        return torch.where(is_greedy, greedy, sampled).tolist()
+        return torch.where(is_greedy, greedy, sampled)

@@ -319,3 +319,16 @@ class Scheduler:
         seq.status = Status.FINISHED
         seq.finish_reason = reason
         seq.metrics.finished_time = time.perf_counter()
+
+
+def computed_and_prefill(scheduled: list[ScheduledSequence]) -> tuple[int, int]:
+    """A step's tokens computed, and of them prompt (or a preempted request's recomputed)
+    ones: all of an item's real query tokens unless it is one decode (plus proposals) of
+    a request that has had its first token. Read before the update advances them."""
+    num_computed = num_prefill = 0
+    for seq, num_new, spec_ids, _ in scheduled:
+        num_computed += num_new
+        num_real = num_new - len(spec_ids)
+        if num_real != 1 or not seq.metrics.token_times:
+            num_prefill += num_real
+    return num_computed, num_prefill

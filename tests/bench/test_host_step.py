@@ -25,3 +25,12 @@ def test_a_baseline_checkout_is_measured_alternating_and_compared(tmp_path):
         assert run["streams"] == 64 and run["tokens"] == 16 and run["steps"] == 15
         assert 0 < run["median_ms"] < 1000
     assert report["median_ratio"] == ours["median_ms"] / theirs["median_ms"]
+
+
+def test_async_scheduling_is_measured_on_this_checkout_only(tmp_path):
+    """--async-scheduling: this checkout steps with a step in flight (the stepping
+    thread's time), the baseline as it is."""
+    report = run_host_step_bench(quick=True, out_path=None, baseline=REPO, async_scheduling=True)
+    [ours], [theirs] = report["runs"]["this checkout"], report["runs"]["baseline"]
+    assert ours["async_scheduling"] and not theirs["async_scheduling"]
+    assert ours["steps"] == theirs["steps"] == 15 and 0 < ours["median_ms"] < 1000

@@ -117,6 +117,23 @@ def test_graph_replays_of_verification_rows_equal_eager_ones(model_dir):
 
 
 @needs_fa4
+def test_async_scheduling_equals_sync_with_graphs(model_dir):
+    """Async scheduling on CUDA (each step launched before the last one's tokens reach
+    the host; placeholders read on the device): the synchronous engine's tokens, greedy
+    and seeded, in a batch that shrinks as its requests finish."""
+    params = [
+        SamplingParams(max_tokens=4 + 5 * i, temperature=0.0 if i % 2 else 0.8, seed=i)
+        for i in range(8)
+    ]
+    outputs = []
+    for ahead in (False, True):
+        with _engine(model_dir, async_scheduling=ahead) as llm:
+            assert (llm.engine.async_steps is not None) == ahead
+            outputs.append([o.token_ids for o in llm.generate(PROMPTS, params)])
+    assert outputs[0] == outputs[1]
+
+
+@needs_fa4
 def test_the_engine_on_flash_begins_as_on_its_reference(model_dir):
     """The engine's own path to the kernel (its paged layout, page table and metadata
     buffers), not only the kernel: bf16, eager, the same first tokens as the engine on

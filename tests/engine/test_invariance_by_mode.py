@@ -1,9 +1,10 @@
 """Within each weight mode, greedy output does not depend on scheduling: batching,
-chunked prefill, prefix caching and speculation. test_equivalence.py and test_speculative.py
-cover the default mode (int4 on CPU, semgate's attention kernel) in depth; these cover
-the other two, int4 over the torch attention backend (SDPA: the fallback where
-semgate's kernels cannot run, whose row invariance rests on padding rules), and int4
-over a float32 KV cache (kv_cache_dtype; the default on CPU is bfloat16)."""
+chunked prefill, prefix caching, speculation and async scheduling. test_equivalence.py,
+test_speculative.py and test_async_scheduling.py cover the default mode (int4 on CPU,
+semgate's attention kernel) in depth; these cover the other two, int4 over the torch
+attention backend (SDPA: the fallback where semgate's kernels cannot run, whose row
+invariance rests on padding rules), and int4 over a float32 KV cache (kv_cache_dtype;
+the default on CPU is bfloat16)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,10 @@ def test_speculation_is_lossless(make_llm, mode):
     spec = make_llm(**mode, spec_method="ngram", num_spec_tokens=5)
     assert [o.token_ids for o in spec.generate(MIXED, GREEDY)] == [o.token_ids for o in reference]
     assert spec.engine.stats.spec_accepted_tokens > 0
+
+
+def test_async_scheduling_keeps_the_output(make_llm, mode, alone):
+    # tests/engine/test_async_scheduling.py covers each stop condition in the default mode.
+    llm = make_llm(**mode, max_num_batched_tokens=24, max_num_seqs=16, async_scheduling=True)
+    assert llm.engine.async_steps is not None
+    assert [o.token_ids for o in llm.generate(BATCH, GREEDY_32)] == alone
