@@ -22,12 +22,14 @@ def test_graph_rounds_time_each_round_on_a_random_model(tmp_path: Path):
     out = tmp_path / "rounds.json"
     subprocess.run(
         [*module, "--device", "cpu", "--quick", "--graph-rounds", "2",
+         "--mode", "engine_flash_graphs_async",
          "--tokenizer-dir", str(tokenizer), "--out", str(out)],
         cwd=REPO, check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     result = json.loads(out.read_text())
     assert result["device"] == "cpu" and "error" not in result
     rounds = result["graph_rounds"]
+    assert rounds["mode"] == "engine_flash_graphs_async"
     assert rounds["requests"] == 8 and rounds["request_tokens"] == 16
     assert len(rounds["batch_tok_s"]) == len(rounds["batch1_tok_s"]) == 2
     assert all(rate > 0 for rate in rounds["batch_tok_s"] + rounds["batch1_tok_s"])
