@@ -27,7 +27,7 @@ from tests.gateway.conftest import ADMIN, chat_body, client_of, settle
 from tests.gateway.servers import Server, caching_server, free_port, metric, ready, serving
 from tests.waiting import until, until_async
 
-pytestmark = pytest.mark.slow  # starts two servers of its own
+pytestmark = pytest.mark.slow  # starts two gateways of its own
 
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 # The embedded-Redis gateway's circuit breaker back-off (cache_breaker_backoff, 5 s by
@@ -36,13 +36,16 @@ BACKOFF = 3
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
-    """An embedded-Redis gateway, and one pointed at a port where nothing listens."""
+def servers(
+    tmp_path_factory: pytest.TempPathFactory, engine_server: Server
+) -> Iterator[tuple[Server, Server]]:
+    """An embedded-Redis gateway, and one pointed at a port where nothing listens (in
+    front of the session's engine server: no model of its own to load)."""
     embedded = caching_server(tmp_path_factory, ["--admin-key", ADMIN, "--num-threads", "1"])
     embedded.env["SEMGATE_CACHE_BREAKER_BACKOFF"] = str(BACKOFF)
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
     unreachable = Server(
-        ["--redis-url", nowhere, "--admin-key", ADMIN, "--num-threads", "1"],
+        ["--redis-url", nowhere, "--admin-key", ADMIN, "--upstream", engine_server.url],
         wait_for_cache=False,  # it never comes up
     )
     with serving(embedded, unreachable):
