@@ -65,20 +65,27 @@ def engine_server(engine_process: Server) -> Server:
     return up(engine_process)
 
 
-# The bounded gateway's engine bounds and keys: a tenant each for the tests that use it.
+# The bounded gateway's engine bounds, its default max_tokens and context, and the keys
+# of the tests that use it (alice's and the admin's as on the session's gateway).
 MAX_NUM_SEQS, MAX_WAITING = 8, 4
-ADMISSION_KEY, FUZZ_KEY, FUZZ_ADMIN_KEY = "sk-admission", "sk-fuzz", "sk-fuzz-admin"
+DEFAULT_CAP, SMALL_CONTEXT = 12, 256
+ADMISSION_KEY, FUZZ_KEY = "sk-admission", "sk-fuzz"
 
 
 @pytest.fixture(scope="session")
 def bounded_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A second cache-on gateway (one engine thread), with small engine bounds (8 running
-    slots, 4 places in the queue: tests/gateway/test_admission.py) and no hold on its
-    state: tests/gateway/test_openapi.py's fuzzer sets thresholds and flushes the cache,
+    """A second cache-on gateway (one engine thread), bounded: 8 running slots and 4
+    places in the queue (tests/gateway/test_admission.py), a default max_tokens of 12
+    and a 256-token context (test_default_max_tokens.py); and free to change: the fuzzer
+    of test_openapi.py (the last of them to run) sets thresholds and flushes the cache,
     and its probes without a key, from one address, are past 60 a minute."""
-    flags = ["--num-threads", "1", "--api-keys", f"{ADMISSION_KEY}:admission,{FUZZ_KEY}:fuzz",
-             "--admin-key", FUZZ_ADMIN_KEY, "--failed-auth-rate-limit", "100000/minute",
-             "--max-num-seqs", str(MAX_NUM_SEQS), "--max-waiting", str(MAX_WAITING)]  # fmt: skip
+    keys = f"{ADMISSION_KEY}:admission,{FUZZ_KEY}:fuzz,{ALICE}:alice"
+    flags = [
+        "--num-threads", "1", "--api-keys", keys, "--admin-key", ADMIN,
+        "--failed-auth-rate-limit", "100000/minute",
+        "--max-num-seqs", str(MAX_NUM_SEQS), "--max-waiting", str(MAX_WAITING),
+        "--default-max-tokens", str(DEFAULT_CAP), "--max-model-len", str(SMALL_CONTEXT),
+    ]  # fmt: skip
     with serving(caching_server(tmp_path_factory, flags)) as [server]:
         yield server
 

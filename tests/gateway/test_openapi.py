@@ -18,8 +18,8 @@ import schemathesis
 from openapi_spec_validator import validate
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from tests.gateway.conftest import FUZZ_ADMIN_KEY, FUZZ_KEY, chat_body
-from tests.gateway.fixtures import ALICE
+from tests.gateway.conftest import FUZZ_KEY, chat_body
+from tests.gateway.fixtures import ADMIN, ALICE
 from tests.gateway.servers import MODEL, Server
 
 pytestmark = pytest.mark.slow  # a few hundred requests
@@ -63,7 +63,7 @@ def test_schemathesis_finds_no_server_error_nor_disagreement(fuzzed: Server, tmp
     config = tmp_path / "schemathesis.toml"
     config.write_text(
         f'[auth.openapi.ApiKey]\nbearer = "{FUZZ_KEY}"\n'
-        f'[auth.openapi.AdminKey]\nbearer = "{FUZZ_ADMIN_KEY}"\n'
+        f'[auth.openapi.AdminKey]\nbearer = "{ADMIN}"\n'
     )
     command = [
         str(Path(sys.executable).parent / "schemathesis"), "--config-file", str(config),
