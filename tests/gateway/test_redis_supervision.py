@@ -39,13 +39,15 @@ BACKOFF = 3
 def servers(
     tmp_path_factory: pytest.TempPathFactory, engine_server: Server
 ) -> Iterator[tuple[Server, Server]]:
-    """An embedded-Redis gateway, and one pointed at a port where nothing listens (in
-    front of the session's engine server: no model of its own to load)."""
-    embedded = caching_server(tmp_path_factory, ["--admin-key", ADMIN, "--num-threads", "1"])
+    """An embedded-Redis gateway, and one pointed at a port where nothing listens; both
+    in front of the session's engine server (what answers misses is not what is tested
+    here: no model of their own to load)."""
+    flags = ["--admin-key", ADMIN, "--upstream", engine_server.url]
+    embedded = caching_server(tmp_path_factory, flags)
     embedded.env["SEMGATE_CACHE_BREAKER_BACKOFF"] = str(BACKOFF)
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
     unreachable = Server(
-        ["--redis-url", nowhere, "--admin-key", ADMIN, "--upstream", engine_server.url],
+        ["--redis-url", nowhere, *flags],
         wait_for_cache=False,  # it never comes up
     )
     with serving(embedded, unreachable):
