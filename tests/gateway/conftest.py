@@ -13,7 +13,7 @@ import pytest
 
 from tests.gateway.fake_upstream import FakeUpstream
 from tests.gateway.fixtures import ADMIN, ALICE, BOB
-from tests.gateway.servers import MODEL, Server, serving
+from tests.gateway.servers import MODEL, Server, caching_server, serving
 from tests.waiting import until
 
 # An engine server (`semgate serve --no-cache`): what tests of the gateway's upstream
@@ -65,6 +65,31 @@ def engine_server(engine_process: Server) -> Server:
     return up(engine_process)
 
 
+# The bounded gateway's engine bounds, its default max_tokens and context, and the keys
+# of the tests that use it (alice's and the admin's as on the session's gateway).
+MAX_NUM_SEQS, MAX_WAITING = 8, 4
+DEFAULT_CAP, SMALL_CONTEXT = 12, 256
+ADMISSION_KEY, FUZZ_KEY = "sk-admission", "sk-fuzz"
+
+
+@pytest.fixture(scope="session")
+def bounded_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A second cache-on gateway (one engine thread), bounded: 8 running slots and 4
+    places in the queue (tests/gateway/test_admission.py), a default max_tokens of 12
+    and a 256-token context (test_default_max_tokens.py); and free to change: the fuzzer
+    of test_openapi.py (the last of them to run) sets thresholds and flushes the cache,
+    and its probes without a key, from one address, are past 60 a minute."""
+    keys = f"{ADMISSION_KEY}:admission,{FUZZ_KEY}:fuzz,{ALICE}:alice"
+    flags = [
+        "--num-threads", "1", "--api-keys", keys, "--admin-key", ADMIN,
+        "--failed-auth-rate-limit", "100000/minute",
+        "--max-num-seqs", str(MAX_NUM_SEQS), "--max-waiting", str(MAX_WAITING),
+        "--default-max-tokens", str(DEFAULT_CAP), "--max-model-len", str(SMALL_CONTEXT),
+    ]  # fmt: skip
+    with serving(caching_server(tmp_path_factory, flags)) as [server]:
+        yield server
+
+
 @pytest.fixture(scope="session")
 def fake() -> Iterator[FakeUpstream]:
     """The fake OpenAI-compatible server (tests/gateway/fake_upstream.py): tests compare
@@ -75,8 +100,10 @@ def fake() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="session")
 def fake_front(fake: FakeUpstream) -> Iterator[Server]:
-    """A gateway in front of `fake` alone, cache off."""
-    with serving(Server(["--upstream", fake.url, "--no-cache"])) as [server]:
+    """A gateway in front of `fake` alone, cache off, and the admin API off: an empty
+    SEMGATE_ADMIN_KEY (what compose passes when it is unset: tests/gateway/test_admin_key.py)."""
+    server = Server(["--upstream", fake.url, "--no-cache"], env={"SEMGATE_ADMIN_KEY": ""})
+    with serving(server):
         yield server
 
 

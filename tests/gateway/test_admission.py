@@ -1,42 +1,29 @@
 """What one client sends never freezes the others, and the engine admits what
---max-num-seqs and --max-waiting say: on a gateway of its own (cache on, 8 running slots
-and 4 places in the queue)."""
+--max-num-seqs and --max-waiting say: on the session's bounded gateway (cache on, 8
+running slots and 4 places in the queue: tests/gateway/conftest.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.gateway.conftest import chat_body
-from tests.gateway.servers import (
-    Server,
-    caching_server,
-    metric,
-    serving,
-    value_in,
-    wait_for_idle_engine,
-)
+from tests.gateway.conftest import ADMISSION_KEY, MAX_NUM_SEQS, MAX_WAITING, chat_body
+from tests.gateway.servers import Server, metric, value_in, wait_for_idle_engine
 
-pytestmark = pytest.mark.slow  # starts a server of its own
+pytestmark = pytest.mark.slow  # its gateway is started for it (and test_openapi.py)
 
-KEY = "sk-admission"
-HEADERS = {"Authorization": f"Bearer {KEY}"}
-MAX_NUM_SEQS, MAX_WAITING = 8, 4
+HEADERS = {"Authorization": f"Bearer {ADMISSION_KEY}"}
 CAPACITY = MAX_NUM_SEQS + MAX_WAITING
 # The issue's reproduction: a body just under the 4 MiB limit, about 818,000 tokens.
 HUGE = "word " * 817_889
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    flags = ["--api-keys", f"{KEY}:admission",
-             "--max-num-seqs", str(MAX_NUM_SEQS), "--max-waiting", str(MAX_WAITING)]  # fmt: skip
-    with serving(caching_server(tmp_path_factory, flags)) as [server]:
-        yield server
+@pytest.fixture
+def server(bounded_gateway: Server) -> Server:
+    return bounded_gateway
 
 
 async def _poll(client: httpx.AsyncClient, path: str, stop: asyncio.Event) -> int:

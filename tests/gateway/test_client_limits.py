@@ -1,6 +1,6 @@
 """Limits on what a client may send (gateway/client_limits.py) and a text log that cannot
-be forged, on a `semgate serve` of its own with short timeouts (cache off), attacked over
-raw sockets as the issue's reproductions did."""
+be forged, on a `semgate serve` of its own with short timeouts (cache off, in front of
+the session's engine server), attacked over raw sockets as the issue's reproductions did."""
 
 from __future__ import annotations
 
@@ -27,13 +27,15 @@ MAX_HEADERS, MAX_CONNECTIONS = 20, 30
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory, engine_server: Server) -> Iterator[Server]:
+    """In front of the session's engine server: what a client may send is the gateway's
+    to limit, and it loads no model of its own."""
     config = tmp_path_factory.mktemp("limits") / "semgate.toml"
     config.write_text(
         f"header_timeout = {TIMEOUT}\nbody_timeout = {TIMEOUT}\n"
         f"max_headers = {MAX_HEADERS}\nmax_connections = {MAX_CONNECTIONS}\n"
     )
-    args = ["--config", str(config), "--no-cache", "--num-threads", "1",
+    args = ["--config", str(config), "--no-cache", "--upstream", engine_server.url,
             "--api-keys", f"{KEY}:t", "--admin-key", "sk-admin-limits"]  # fmt: skip
     with serving(Server(args)) as (server,):
         yield server
@@ -205,11 +207,11 @@ def test_a_request_the_parser_cannot_read_gets_an_openai_400(server: Server, req
     assert "Traceback" not in server.log()
 
 
-def test_a_body_not_sent_as_json_is_refused_unanswered(server: Server):
+def test_a_body_not_sent_as_json_is_refused_unanswered(server: Server, engine_server: Server):
     """A JSON body sent as text, as a form or with no Content-Type (what a web page can
     send another site without a CORS preflight) is a 415, and nothing is generated."""
     body = json.dumps(chat_body("Say yes.", max_tokens=4)).encode()
-    before = metric(server, "semgate_prompt_tokens_total", missing=0)
+    before = metric(engine_server, "semgate_prompt_tokens_total", missing=0)  # it generates
     for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
         headers = {"Authorization": f"Bearer {KEY}"}
         if content_type is not None:
@@ -220,7 +222,7 @@ def test_a_body_not_sent_as_json_is_refused_unanswered(server: Server):
             response = client.send(request)
         assert response.status_code == 415, content_type
         assert response.json()["error"]["code"] == "unsupported_media_type"
-    assert metric(server, "semgate_prompt_tokens_total", missing=0) == before
+    assert metric(engine_server, "semgate_prompt_tokens_total", missing=0) == before
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json; charset=utf-8"}
     response = httpx.post(server.url + "/v1/chat/completions", content=body, headers=headers)
     assert response.status_code == 200

@@ -12,32 +12,25 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import client_of, messages, seed, settle
+from tests.gateway.conftest import DEFAULT_CAP, SMALL_CONTEXT, client_of, messages, seed, settle
 from tests.gateway.fake_upstream import MODEL as FAKE_MODEL
 from tests.gateway.fake_upstream import FakeUpstream
 from tests.gateway.fixtures import ADMIN, ALICE
-from tests.gateway.servers import MODEL, Server, caching_server, serving
+from tests.gateway.servers import MODEL, Server, serving
 
-pytestmark = pytest.mark.slow  # servers of its own
+pytestmark = pytest.mark.slow  # a server of its own
 
-CAP = 12
-CONTEXT = 256
+CAP, CONTEXT = DEFAULT_CAP, SMALL_CONTEXT  # the bounded gateway's
 RUN_ON = {"ignore_eos": True}  # the model does not stop by itself: only a limit ends it
 
 
 @pytest.fixture(scope="module")
-def servers(
-    tmp_path_factory: pytest.TempPathFactory, fake: FakeUpstream
-) -> Iterator[tuple[Server, Server]]:
-    """A caching gateway with a small default cap and context, and one in front of the
-    fake upstream that cuts at two deltas."""
-    capped = caching_server(tmp_path_factory, [
-        "--api-keys", f"{ALICE}:alice", "--admin-key", ADMIN, "--num-threads", "1",
-        "--default-max-tokens", str(CAP), "--max-model-len", str(CONTEXT),
-    ])  # fmt: skip
+def servers(bounded_gateway: Server, fake: FakeUpstream) -> Iterator[tuple[Server, Server]]:
+    """The session's bounded gateway (cache on, a small default cap and context), and a
+    gateway of its own in front of the fake upstream that cuts at two deltas."""
     front = Server(["--upstream", fake.url, "--no-cache", "--default-max-tokens", "2"])
-    with serving(capped, front) as started:
-        yield started[0], started[1]
+    with serving(front):
+        yield bounded_gateway, front
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,25 +18,21 @@ import schemathesis
 from openapi_spec_validator import validate
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from tests.gateway.conftest import chat_body
-from tests.gateway.fixtures import ALICE
-from tests.gateway.servers import MODEL, Server, caching_server, serving
+from tests.gateway.conftest import FUZZ_KEY, chat_body
+from tests.gateway.fixtures import ADMIN, ALICE
+from tests.gateway.servers import MODEL, Server
 
-pytestmark = pytest.mark.slow  # its own gateway, and a few hundred requests
+pytestmark = pytest.mark.slow  # a few hundred requests
 
 ROOT = Path(__file__).resolve().parents[2]
-TENANT_KEY, ADMIN_KEY = "sk-fuzz", "sk-fuzz-admin"
 EXAMPLES = 40  # per operation and phase
 
 
-@pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A gateway of its own: the fuzzer changes thresholds and flushes the cache."""
-    flags = ["--num-threads", "1", "--api-keys", f"{TENANT_KEY}:fuzz", "--admin-key", ADMIN_KEY,
-             # Its probes without a key, from one address, are past 60 a minute.
-             "--failed-auth-rate-limit", "100000/minute"]  # fmt: skip
-    with serving(caching_server(tmp_path_factory, flags)) as [server]:
-        yield server
+@pytest.fixture
+def fuzzed(bounded_gateway: Server) -> Server:
+    """The session's bounded gateway: the fuzzer changes thresholds and flushes the cache,
+    which the session's gateway keeps for its tests."""
+    return bounded_gateway
 
 
 def test_the_document_is_valid_openapi(fuzzed: Server):
@@ -67,8 +62,8 @@ def test_each_event_of_a_stream_is_what_the_document_says(gateway: Server, path:
 def test_schemathesis_finds_no_server_error_nor_disagreement(fuzzed: Server, tmp_path: Path):
     config = tmp_path / "schemathesis.toml"
     config.write_text(
-        f'[auth.openapi.ApiKey]\nbearer = "{TENANT_KEY}"\n'
-        f'[auth.openapi.AdminKey]\nbearer = "{ADMIN_KEY}"\n'
+        f'[auth.openapi.ApiKey]\nbearer = "{FUZZ_KEY}"\n'
+        f'[auth.openapi.AdminKey]\nbearer = "{ADMIN}"\n'
     )
     command = [
         str(Path(sys.executable).parent / "schemathesis"), "--config-file", str(config),
