@@ -27,17 +27,32 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 
 from engine.async_scheduler import AsyncScheduler
-from engine.model_runner import SampledTokens
+from engine.model_runner import ModelRunner, SampledTokens
 from engine.outputs import CoreOutput
 from engine.scheduler import ScheduledSequence, computed_and_prefill
+from engine.sequence import Sequence
+from engine.step_window import StepTime
 
-if TYPE_CHECKING:
-    from engine.llm_engine import LLMEngine
+
+class SteppedEngine(Protocol):
+    """What AsyncSteps needs of the engine that owns it (engine/llm_engine.py's LLMEngine,
+    which imports this module)."""
+
+    runner: ModelRunner
+    last_step: StepTime | None
+
+    def claim_threads(self) -> None: ...
+
+    def outputs(
+        self, sampled: list[tuple[Sequence, int]], outputs: list[CoreOutput]
+    ) -> list[CoreOutput]: ...
+
+    def record_step(self, started: float, num_computed: int, num_prefill: int) -> None: ...
 
 
 class InFlight(NamedTuple):
@@ -48,7 +63,7 @@ class InFlight(NamedTuple):
 class AsyncSteps:
     """LLMEngine.step with one step in flight."""
 
-    def __init__(self, engine: LLMEngine, scheduler: AsyncScheduler) -> None:
+    def __init__(self, engine: SteppedEngine, scheduler: AsyncScheduler) -> None:
         self.engine = engine
         self.scheduler = scheduler
         self.worker: ThreadPoolExecutor | None = None
