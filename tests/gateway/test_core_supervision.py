@@ -156,13 +156,17 @@ def test_an_idle_stopped_core_is_found_hung_without_a_request(server: Server):
     until("ready", lambda: ready(server).status_code == 200)
     hung = metric(server, 'semgate_engine_core_restarts_total{cause="hung"}', missing=0)
     pid = core_pid(server)
+    restarts = 'semgate_engine_core_restarts_total{cause="hung"}'
     os.kill(pid, signal.SIGSTOP)
     try:
         until("unready", lambda: ready(server).status_code == 503, HANG_TIMEOUT + 3)
+        # Stopped until restarted: /ready turns 503 as the watchdog's check would kill it,
+        # and a core let go on before the watchdog's next poll would answer its probe.
+        until("restarted as hung", lambda: metric(server, restarts, missing=0) == hung + 1)
     finally:
         with contextlib.suppress(ProcessLookupError):  # killed and reaped by then
             os.kill(pid, signal.SIGCONT)
     until("ready again", lambda: ready(server).status_code == 200)
-    assert metric(server, 'semgate_engine_core_restarts_total{cause="hung"}') == hung + 1
+    assert metric(server, restarts) == hung + 1
     assert ask(server, "Name a lake.", max_tokens=8).status_code == 200
     assert "Traceback" not in server.log()
