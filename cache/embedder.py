@@ -130,11 +130,9 @@ class Embedder:
             raise ValueError(f"the embedder needs at least one worker, not {workers}")
         model_id, self._path = resolve_embedder_path(model)
         self.dtype_name = _pick_dtype(dtype)
-        built = encoder_store.load(self._path, model_id, self.dtype_name)
-        if built is None:
-            with encoder_store.BUILD_LOCK:
-                built = self._build(model, model_id)
-            encoder_store.save(self._path, model_id, self.dtype_name, built)
+        built = encoder_store.load_or_build(
+            self._path, model_id, self.dtype_name, lambda: self._build(model, model_id)
+        )
         self.model_id, self.dims, self.max_tokens = built.model_id, built.dims, built.max_tokens
         self._encoder = built.encoder
         # Embedding tokenizes through a copy of the fast tokenizer's backend, set up once:

@@ -26,7 +26,7 @@ import os
 import tempfile
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +36,11 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# Builds take turns: each imports transformers, whose lazy module raised "cannot import
-# name 'BertConfig'" when the embedder and the cross-encoder were built on two threads at
-# once (a cold start, where cache/runtime.py loads them side by side). Loading a kept
-# entry imports neither and takes no turn.
-BUILD_LOCK = threading.Lock()
+# Builds take turns (`kept`): each imports transformers, whose lazy module raised "cannot
+# import name 'BertConfig'" when the embedder and the cross-encoder were built on two
+# threads at once (a cold start, where cache/runtime.py loads them side by side). Reading
+# a kept entry imports neither and takes no turn.
+_BUILD_LOCK = threading.Lock()
 
 # What an embedder entry was built by: bump it when the build changes (the _Encoder's
 # pooling, the quantisation, the tracing), or old entries keep serving it.
@@ -137,6 +137,17 @@ def write(where: Path, key: dict[str, Any], stored: Stored) -> None:
             Path(temp).unlink(missing_ok=True)
 
 
+def kept(where: Path, key: dict[str, Any], build: Callable[[], Stored]) -> Stored:
+    """The entry at `where` built from `key`: read, else built (one build at a time) and
+    written."""
+    stored = read(where, key)
+    if stored is None:
+        with _BUILD_LOCK:
+            stored = build()
+        write(where, key, stored)
+    return stored
+
+
 def entry_path(model_path: Path, model_id: str, dtype: str) -> Path:
     """Where the embedder entry for this model directory, model id and dtype is kept."""
     return entry_file("embedders", [str(model_path.resolve()), model_id, dtype])
@@ -158,9 +169,19 @@ def load(model_path: Path, model_id: str, dtype: str) -> BuiltEncoder | None:
     """The embedder built from this model directory (unchanged since), model id and
     dtype, or None when there is none or it cannot be read."""
     stored = read(entry_path(model_path, model_id, dtype), entry_key(model_path, model_id, dtype))
-    if stored is None:
-        return None
-    numbers = stored.numbers  # written with this key, so by this FORMAT's `save`
+    return None if stored is None else _built(stored)
+
+
+def load_or_build(
+    model_path: Path, model_id: str, dtype: str, build: Callable[[], BuiltEncoder]
+) -> BuiltEncoder:
+    """`load`'s embedder, else `build`'s, kept for the next load."""
+    where, key = entry_path(model_path, model_id, dtype), entry_key(model_path, model_id, dtype)
+    return _built(kept(where, key, lambda: _stored(build())))
+
+
+def _built(stored: Stored) -> BuiltEncoder:
+    numbers = stored.numbers  # written with the entry's key, so by this FORMAT's _stored
     return BuiltEncoder(
         encoder=stored.module,
         tokenizer=stored.tokenizer,
@@ -172,7 +193,7 @@ def load(model_path: Path, model_id: str, dtype: str) -> BuiltEncoder | None:
     )
 
 
-def save(model_path: Path, model_id: str, dtype: str, built: BuiltEncoder) -> None:
+def _stored(built: BuiltEncoder) -> Stored:
     numbers = {
         "dims": built.dims,
         "max_tokens": built.max_tokens,
@@ -180,8 +201,4 @@ def save(model_path: Path, model_id: str, dtype: str, built: BuiltEncoder) -> No
         "pad_id": built.pad_id,
         "model_id": built.model_id,
     }
-    write(
-        entry_path(model_path, model_id, dtype),
-        entry_key(model_path, model_id, dtype),
-        Stored(built.encoder, built.tokenizer, numbers),
-    )
+    return Stored(built.encoder, built.tokenizer, numbers)

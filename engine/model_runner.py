@@ -183,11 +183,16 @@ class ModelRunner:
 
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> list[int]:
         """One token for each sequence from its row of logits."""
-        if not self.rows.num_random:  # every row of the step is greedy: it draws nothing
-            return self.sampler(logits, None, [])
-        params = [seq.params for seq in seqs]
-        generators = [self._seeded_generator(seq) for seq in seqs]
-        return self.sampler(logits, params, generators)
+        return self.sampler(logits, *self._sampling(seqs))
+
+    def _sampling(
+        self, seqs: list[Sequence]
+    ) -> tuple[list[SamplingParams] | None, list[torch.Generator | None]]:
+        """The sampler's params and generators for seqs' rows: none when every row of
+        the step is greedy (it draws nothing)."""
+        if not self.rows.num_random:
+            return None, []
+        return [seq.params for seq in seqs], [self._seeded_generator(seq) for seq in seqs]
 
     def compute_logits(self, batch: list[ScheduledSequence]) -> torch.Tensor | None:
         """Forwards the batch (writing its KV); float32 logits of the sampling rows in
@@ -245,12 +250,7 @@ class ModelRunner:
                 where = torch.from_numpy(at).to(self.device, non_blocking=True)
                 taken = torch.from_numpy(rows).to(self.device, non_blocking=True)
                 inputs.input_ids[where] = previous[taken]
-        seqs = [item.seq for item in batch if item.samples]
-        params = None
-        generators: list[torch.Generator | None] = []
-        if self.rows.num_random:
-            params = [seq.params for seq in seqs]
-            generators = [self._seeded_generator(seq) for seq in seqs]
+        params, generators = self._sampling([item.seq for item in batch if item.samples])
         return AheadStep(inputs, key, params, generators)
 
     def run(self, step: AheadStep) -> SampledTokens:

@@ -229,13 +229,12 @@ def prepared(weights: Path, dtype: str) -> encoder_store.Stored:
         "dtype": dtype,
         "torch": torch.__version__,
     }
-    stored = encoder_store.read(where, key)
-    if stored is None:
+
+    def built() -> encoder_store.Stored:
         log.info("building the cross-encoder's prepared form of %s (kept in %s)", weights, where)
-        with encoder_store.BUILD_LOCK:
-            stored = build(weights, dtype)
-        encoder_store.write(where, key, stored)
-    return stored
+        return build(weights, dtype)
+
+    return encoder_store.kept(where, key, built)
 
 
 class CrossEncoder:

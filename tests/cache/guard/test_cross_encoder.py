@@ -13,6 +13,7 @@ import os
 import shutil
 import statistics
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -33,6 +34,7 @@ from cache.guard.cross_encoder import (
     ALONE,
     WEIGHTS,
     CrossEncoder,
+    Folded,
     fold,
     logits,
     serving_dtype,
@@ -84,16 +86,26 @@ def test_loading_folds_each_change_into_its_layer(tmp_path: Path, cache_dir: Pat
     assert not torch.allclose(plain, expected, atol=1e-2)
 
 
-def _holdout_pairs() -> list[tuple[str, str]]:
-    return [(p.cached, p.query) for p in load_pairs(ROOT / "data" / "cache_pairs_holdout.jsonl")]
+class EagerHoldout(NamedTuple):
+    eager: Folded
+    pairs: list[tuple[str, str]]
+    expected: list[float]  # the eager model's logits of the pairs
 
 
-def test_serving_in_float32_scores_as_the_eager_model():
+@pytest.fixture(scope="module")
+def eager_holdout() -> EagerHoldout:
+    """The eager model and its logits on the held-out pairs, which each served form is
+    held to."""
+    eager = fold(WEIGHTS)
+    holdout = load_pairs(ROOT / "data" / "cache_pairs_holdout.jsonl")
+    pairs = [(p.cached, p.query) for p in holdout]
+    return EagerHoldout(eager, pairs, logits(eager.scorer, eager.tokenizer, pairs))
+
+
+def test_serving_in_float32_scores_as_the_eager_model(eager_holdout: EagerHoldout):
     # The prepared form (traced, frozen, read from disk) against the eager model it was
     # built from, on real pairs: in batches (padded) and one pair at a time.
-    eager = fold(WEIGHTS)
-    pairs = _holdout_pairs()
-    expected = logits(eager.scorer, eager.tokenizer, pairs)
+    eager, pairs, expected = eager_holdout
     served = CrossEncoder(dtype="float32")
     try:
         assert served.score_many(pairs) == pytest.approx(expected, abs=1e-5)
@@ -104,13 +116,11 @@ def test_serving_in_float32_scores_as_the_eager_model():
         served.close()
 
 
-def test_serving_in_int8_stays_close_to_the_eager_model():
+def test_serving_in_int8_stays_close_to_the_eager_model(eager_holdout: EagerHoldout):
     # On the held-out pairs: every logit within 0.35 of float32's, the median within 0.05
     # (0.31 and 0.036 measured; the verifier weighs the logit by ~0.4, so 0.35 moves its
     # log-odds by ~0.14 at most). The guard serves this form where the CPU has int8.
-    eager = fold(WEIGHTS)
-    pairs = _holdout_pairs()
-    expected = logits(eager.scorer, eager.tokenizer, pairs)
+    _, pairs, expected = eager_holdout
     served = CrossEncoder(dtype="int8")
     try:
         got = served.score_many(pairs)
